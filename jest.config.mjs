@@ -1,0 +1,30 @@
+/**
+ * Jest runs the TypeScript sources in native ESM through @swc/jest (ts-jest refuses TypeScript 7).
+ * One PostgreSQL server per run (test/support/global-setup.mjs); each test file makes its own database.
+ */
+export default {
+  testEnvironment: 'node',
+  rootDir: '.',
+  roots: ['<rootDir>/test'],
+  testMatch: ['**/*.spec.ts', '**/*.e2e-spec.ts'],
+  extensionsToTreatAsEsm: ['.ts'],
+  moduleNameMapper: { '^(\\.{1,2}/.*)\\.js$': '$1' },
+  transform: {
+    '^.+\\.ts$': [
+      '@swc/jest',
+      {
+        jsc: {
+          parser: { syntax: 'typescript', decorators: true },
+          transform: { legacyDecorator: true, decoratorMetadata: true, useDefineForClassFields: false },
+          target: 'es2022',
+        },
+        module: { type: 'es6' },
+      },
+    ],
+  },
+  globalSetup: '<rootDir>/test/support/global-setup.mjs',
+  globalTeardown: '<rootDir>/test/support/global-teardown.mjs',
+  testTimeout: 60000,
+  // Each worker runs Nest apps plus child processes; two cores fit two workers.
+  maxWorkers: 2,
+};

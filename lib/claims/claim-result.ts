@@ -1,0 +1,32 @@
+/** What a claim strategy tells the interceptor; the interceptor only maps it to HTTP. */
+export type ClaimResult<T> =
+  { kind: 'processed'; value: T } | { kind: 'replayed' } | { kind: 'in_flight'; retryAfterSeconds: number };
+
+/**
+ * The claim could not be recorded for infrastructure reasons (database down, pool exhausted,
+ * commit failed). Answered 503 with Retry-After: the sender must try again, never a 200.
+ */
+export class ClaimUnavailableError extends Error {
+  constructor(
+    readonly key: string,
+    readonly sqlState: string | undefined,
+    override readonly cause: unknown,
+  ) {
+    super(`claim of ${key} unavailable (SQLSTATE ${sqlState ?? 'none'})`);
+    this.name = 'ClaimUnavailableError';
+  }
+}
+
+/** SQLSTATE (or Node error code) of a driver error, if any. */
+export function errorCode(error: unknown): string | undefined {
+  if (typeof error !== 'object' || error === null) return undefined;
+  const withCode = error as { code?: unknown; driverError?: { code?: unknown } };
+  const code = withCode.code ?? withCode.driverError?.code;
+  return typeof code === 'string' ? code : undefined;
+}
+
+/** lock_timeout ran out (55P03): another delivery holds the claim. */
+export const LOCK_NOT_AVAILABLE = '55P03';
+
+/** Serialization failure or deadlock: safe to re-run the whole claim in a fresh transaction. */
+export const RETRYABLE_CODES = new Set(['40001', '40P01']);

@@ -1,0 +1,110 @@
+/**
+ * Every statement the library sends, in one place. Parameters are positional; times come from the
+ * database clock (`now()`), never Node's, so replicas with skewed clocks agree on lease expiry.
+ */
+
+/**
+ * Transaction mode claim. The CTE bounds how long a concurrent duplicate waits on the first
+ * delivery's uncommitted claim (`lock_timeout`, SQLSTATE 55P03 when it runs out) without a separate
+ * `SET LOCAL` round trip, and RETURNING restores the previous value once the claim is ours, so the
+ * handler's own statements are not bound by it. Rows commit as `done`: the commit is the completion.
+ * $1 scope, $2 key, $3 source, $4 lock_timeout ('5000ms').
+ */
+export const TRANSACTION_CLAIM = `
+WITH bound AS (
+  SELECT current_setting('lock_timeout') AS previous, set_config('lock_timeout', $4, true) AS applied
+)
+INSERT INTO processed_events (scope, event_key, source, status, completed_at)
+SELECT $1, $2, $3, 'done', now() FROM bound
+ON CONFLICT (scope, event_key) DO NOTHING
+RETURNING (SELECT set_config('lock_timeout', previous, true) FROM bound) AS lock_timeout`;
+
+/**
+ * External mode claim: new key → in_progress; expired in_progress or failed → re-claimed with a
+ * new token and attempts + 1; anything else → no row. Clock functions stay in VALUES and the
+ * WHERE compares plain columns (EXCLUDED.claimed_at), so the statement also runs on Citus.
+ * $1 scope, $2 key, $3 source, $4 lease token, $5 lease ms.
+ */
+export const LEASE_CLAIM = `
+INSERT INTO processed_events AS pe
+  (scope, event_key, source, status, attempts, lease_token, claimed_at, lease_expires_at)
+VALUES ($1, $2, $3, 'in_progress', 1, $4, now(), now() + $5::double precision * interval '1 millisecond')
+ON CONFLICT (scope, event_key) DO UPDATE SET
+  status = 'in_progress',
+  attempts = pe.attempts + 1,
+  lease_token = EXCLUDED.lease_token,
+  claimed_at = EXCLUDED.claimed_at,
+  lease_expires_at = EXCLUDED.lease_expires_at,
+  completed_at = NULL,
+  last_error = NULL
+WHERE (pe.status = 'in_progress' AND pe.lease_expires_at <= EXCLUDED.claimed_at)
+   OR pe.status = 'failed'
+RETURNING pe.attempts`;
+
+/**
+ * Why a lease claim returned no row: done, or a live lease (and how long it has left, in whole
+ * seconds, at least 1). $1 scope, $2 key.
+ */
+export const CLAIM_STATE = `
+SELECT status, attempts, lease_expires_at > now() AS live,
+       GREATEST(1, CEIL(EXTRACT(EPOCH FROM (lease_expires_at - now()))))::int AS seconds_left
+FROM processed_events WHERE scope = $1 AND event_key = $2`;
+
+/** Fenced completion: only the holder of the current token marks the event done. $1 scope, $2 key, $3 token. */
+export const LEASE_COMPLETE = `
+UPDATE processed_events SET status = 'done', completed_at = now()
+WHERE scope = $1 AND event_key = $2 AND lease_token = $3 AND status = 'in_progress'`;
+
+/** Fenced release after a failure: the next delivery re-claims at once. $1 scope, $2 key, $3 token, $4 error. */
+export const LEASE_FAIL = `
+UPDATE processed_events SET status = 'failed', last_error = $4
+WHERE scope = $1 AND event_key = $2 AND lease_token = $3 AND status = 'in_progress'`;
+
+/** Fenced renewal. $1 scope, $2 key, $3 token, $4 lease ms. */
+export const LEASE_EXTEND = `
+UPDATE processed_events SET lease_expires_at = now() + $4::double precision * interval '1 millisecond'
+WHERE scope = $1 AND event_key = $2 AND lease_token = $3 AND status = 'in_progress'`;
+
+/** The current attempt number of a claim, for the lease-lost log. $1 scope, $2 key. */
+export const CURRENT_ATTEMPT = `SELECT attempts FROM processed_events WHERE scope = $1 AND event_key = $2`;
+
+/**
+ * The reporter claims its tick (the database clock divided into `reportEveryMs` slots) in the
+ * claims table itself, so with many replicas exactly one reports per tick.
+ * $1 reporter scope, $2 interval ms.
+ */
+export const REPORTER_TICK_CLAIM = `
+INSERT INTO processed_events (scope, event_key, source, status, completed_at)
+VALUES ($1, FLOOR(EXTRACT(EPOCH FROM now()) * 1000 / $2::double precision)::bigint::text, 'idempotency', 'done', now())
+ON CONFLICT (scope, event_key) DO NOTHING
+RETURNING event_key`;
+
+/** Old tick claims are only noise. $1 reporter scope. */
+export const REPORTER_TICKS_PRUNE = `
+DELETE FROM processed_events WHERE scope = $1 AND completed_at < now() - interval '1 day'`;
+
+/** Leases whose worker died holding them, oldest first, with the full count. $1 limit. */
+export const EXPIRED_LEASES = `
+SELECT scope, event_key, source, attempts, claimed_at, lease_expires_at,
+       (EXTRACT(EPOCH FROM (now() - lease_expires_at)) * 1000)::bigint AS expired_for_ms,
+       COUNT(*) OVER () AS total
+FROM processed_events
+WHERE status = 'in_progress' AND lease_expires_at < now()
+ORDER BY lease_expires_at
+LIMIT $1`;
+
+/** Claims that keep failing or dying. $1 max attempts, $2 reporter scope, $3 limit. */
+export const POISON_EVENTS = `
+SELECT scope, event_key, source, status, attempts, last_error
+FROM processed_events
+WHERE status <> 'done' AND attempts >= $1 AND scope <> $2
+ORDER BY attempts DESC
+LIMIT $3`;
+
+/** One retention batch: done rows only, never in_progress or failed. $1 days, $2 batch size. */
+export const RETENTION_BATCH = `
+DELETE FROM processed_events WHERE ctid = ANY (ARRAY(
+  SELECT ctid FROM processed_events
+  WHERE status = 'done' AND completed_at < now() - $1::double precision * interval '1 day'
+  LIMIT $2
+))`;

@@ -1,0 +1,42 @@
+import { DEFAULTS } from './idempotency.constants.js';
+import type { IdempotencyConfig, IdempotencyModuleOptions } from './interfaces/index.js';
+
+/** Positive-number options, checked at start-up so a typo fails fast rather than at the first event. */
+const POSITIVE = [
+  'leaseMs',
+  'retryAfterSeconds',
+  'maxKeyLength',
+  'reportEveryMs',
+  'maxAttempts',
+  'retentionDays',
+  'retentionBatchSize',
+] as const;
+
+/** Merges the defaults into the user's options and rejects values that cannot work. */
+export function resolveIdempotencyConfig(options: IdempotencyModuleOptions = {}): IdempotencyConfig {
+  const defined = Object.fromEntries(Object.entries(options).filter(([, value]) => value !== undefined));
+  const config: IdempotencyConfig = {
+    ...DEFAULTS,
+    reporter: true,
+    prometheus: true,
+    ...defined,
+  } as IdempotencyConfig;
+  for (const name of POSITIVE) {
+    if (!(Number(config[name]) > 0)) {
+      throw new Error(
+        `IdempotencyModule option ${name} must be a positive number, got ${String(config[name])}`,
+      );
+    }
+  }
+  if (!(config.concurrentDuplicateWaitMs >= 0)) {
+    throw new Error(
+      `IdempotencyModule option concurrentDuplicateWaitMs must be zero or more, got ${String(config.concurrentDuplicateWaitMs)}`,
+    );
+  }
+  if (config.inFlightStatus !== 409 && config.inFlightStatus !== 503) {
+    throw new Error(
+      `IdempotencyModule option inFlightStatus must be 409 or 503, got ${String(config.inFlightStatus)}`,
+    );
+  }
+  return config;
+}

@@ -1,0 +1,35 @@
+/** Metadata key under which `@IdempotentWebhook` stores its resolved options on the handler. */
+export const IDEMPOTENT_WEBHOOK_METADATA = 'idempotency:webhook';
+
+/** DI token of the DataSource the claims run on (the default one or the one named in `dataSource`). */
+export const IDEMPOTENCY_DATA_SOURCE = Symbol('IDEMPOTENCY_DATA_SOURCE');
+
+/** DI token of the module options with every default filled in. */
+export const IDEMPOTENCY_CONFIG = Symbol('IDEMPOTENCY_CONFIG');
+
+/** Name of the claims table. */
+export const PROCESSED_EVENTS_TABLE = 'processed_events';
+
+/** Response header set on answers to deliveries that were already processed. */
+export const REPLAYED_HEADER = 'Idempotent-Replayed';
+
+/** Scope under which the expired-lease reporter claims its ticks, so one replica reports per tick. */
+export const REPORTER_SCOPE = 'idempotency:expired-lease-reporter';
+
+/** Name of the job registered with SchedulerRegistry. */
+export const REPORTER_JOB_NAME = 'idempotency-expired-lease-reporter';
+
+/** Every default in one place; the option JSDoc repeats them. */
+export const DEFAULTS = {
+  leaseMs: 300_000,
+  concurrentDuplicateWaitMs: 5_000,
+  retryAfterSeconds: 30,
+  maxKeyLength: 255,
+  slowTransactionWarnMs: 10_000,
+  inFlightStatus: 409,
+  reportEveryMs: 60_000,
+  maxAttempts: 5,
+  retentionDays: 30,
+  retentionBatchSize: 1_000,
+  maxErrorLength: 500,
+} as const;

@@ -1,0 +1,47 @@
+/** Error and log message factories, so wording stays consistent and testable. */
+
+export const keyExtractorThrew = (scope: string, error: unknown) =>
+  `Idempotency key extractor of ${scope} threw: ${error instanceof Error ? error.message : String(error)}`;
+
+export const keyNotString = (scope: string, value: unknown) =>
+  `Idempotency key of ${scope} must be a string, got ${value === null ? 'null' : typeof value}`;
+
+export const keyEmpty = (scope: string) => `Idempotency key of ${scope} is empty`;
+
+export const keyTooLong = (scope: string, length: number, max: number) =>
+  `Idempotency key of ${scope} is ${length} characters long; the maximum is ${max}`;
+
+export const duplicateInFlight = (key: string) =>
+  `Event ${key} is being processed by another delivery; retry later`;
+
+export const databaseUnavailable = (key: string) =>
+  `Could not record event ${key}: the database is unavailable; retry later`;
+
+export const claimFailedLog = (scope: string, key: string, code: string | undefined, error: unknown) =>
+  `Claim of ${scope} key ${key} failed (SQLSTATE ${code ?? 'none'}): ${error instanceof Error ? error.message : String(error)}`;
+
+export const slowTransaction = (scope: string, ms: number, limit: number) =>
+  `${scope} held its transaction for ${ms} ms (more than ${limit} ms); if it calls something outside the database, mark it @IdempotentWebhook({ external: true })`;
+
+export const leaseLost = (scope: string, key: string, mine: number, current: number | undefined) =>
+  `Lease lost: ${scope} key ${key} finished attempt ${mine} after its lease was taken over (current attempt ${current ?? 'unknown'}); the side effect may have run twice`;
+
+export const completionFailed = (scope: string, key: string, error: unknown) =>
+  `Could not mark ${scope} key ${key} done after its handler succeeded: ${error instanceof Error ? error.message : String(error)}; the lease will expire and be reported`;
+
+export const releaseFailed = (scope: string, key: string, error: unknown) =>
+  `Could not mark ${scope} key ${key} failed: ${error instanceof Error ? error.message : String(error)}; it becomes claimable when its lease expires`;
+
+export const expiredLease = (scope: string, key: string, attempts: number, ago: number) =>
+  `expired lease: ${scope} key ${key} (attempt ${attempts}) expired ${Math.round(ago / 1000)} s ago; its worker probably died`;
+
+export const moreExpiredLeases = (count: number) => `... and ${count} more expired leases`;
+
+export const poisonEvent = (scope: string, key: string, attempts: number, lastError: string | null) =>
+  `poison event: ${scope} key ${key} is not done after ${attempts} attempts${lastError ? ` (last error: ${lastError})` : ''}`;
+
+export const noScheduler = () =>
+  'ScheduleModule is not imported: expired leases will not be reported. Import ScheduleModule.forRoot() once in your app, or set reporter: false.';
+
+export const hookFailed = (hook: string, error: unknown) =>
+  `${hook} threw: ${error instanceof Error ? error.message : String(error)}`;

@@ -1,0 +1,84 @@
+import { Inject, Injectable, Logger, type OnModuleInit } from '@nestjs/common';
+import { IDEMPOTENCY_CONFIG } from './idempotency.constants.js';
+import { hookFailed } from './idempotency.messages.js';
+import type { ClaimOutcome, IdempotencyConfig } from './interfaces/index.js';
+
+/** The prom-client surface used here, so prom-client stays an optional peer. */
+interface PromCounter {
+  inc(labels: Record<string, string>): void;
+}
+interface PromGauge {
+  set(value: number): void;
+}
+
+/**
+ * Counts every outcome. Always keeps in-process totals (`snapshot()`); also feeds prom-client's
+ * `idempotency_claims_total{scope,outcome}` and `idempotency_expired_leases` when prom-client is
+ * installed, and the `onOutcome` hook for anything else.
+ */
+@Injectable()
+export class IdempotencyMetrics implements OnModuleInit {
+  private readonly logger = new Logger('IdempotencyMetrics');
+  private readonly totals = new Map<string, Map<ClaimOutcome, number>>();
+  private expired = 0;
+  private counter?: PromCounter;
+  private gauge?: PromGauge;
+
+  constructor(@Inject(IDEMPOTENCY_CONFIG) private readonly config: IdempotencyConfig) {}
+
+  async onModuleInit(): Promise<void> {
+    if (this.config.prometheus === false) return;
+    let prom: typeof import('prom-client');
+    try {
+      prom = await import('prom-client');
+    } catch {
+      return; // prom-client is optional; without it only the hook and snapshot() report.
+    }
+    const registers = (
+      this.config.prometheus === true ? [prom.register] : this.config.prometheus.registers
+    ) as import('prom-client').Registry[];
+    // Several apps (tests, workers) may share one registry: reuse a metric registered before.
+    const existing = (name: string) => registers[0]?.getSingleMetric(name);
+    this.counter = (existing('idempotency_claims_total') ??
+      new prom.Counter({
+        name: 'idempotency_claims_total',
+        help: 'Webhook deliveries by idempotency outcome',
+        labelNames: ['scope', 'outcome'],
+        registers,
+      })) as unknown as PromCounter;
+    this.gauge = (existing('idempotency_expired_leases') ??
+      new prom.Gauge({
+        name: 'idempotency_expired_leases',
+        help: 'In-progress claims whose lease expired (their worker probably died), at the last report',
+        registers,
+      })) as unknown as PromGauge;
+  }
+
+  /** Counts one outcome. */
+  count(outcome: ClaimOutcome, scope: string, key: string): void {
+    const byOutcome = this.totals.get(scope) ?? new Map<ClaimOutcome, number>();
+    byOutcome.set(outcome, (byOutcome.get(outcome) ?? 0) + 1);
+    this.totals.set(scope, byOutcome);
+    this.counter?.inc({ scope, outcome });
+    if (this.config.onOutcome) {
+      try {
+        this.config.onOutcome({ outcome, scope, key });
+      } catch (error) {
+        this.logger.error(hookFailed('onOutcome', error));
+      }
+    }
+  }
+
+  /** Records how many expired leases the last report found. */
+  setExpiredLeases(count: number): void {
+    this.expired = count;
+    this.gauge?.set(count);
+  }
+
+  /** In-process totals: `{ 'Scope.method': { claimed: 3, replayed: 1 } }` and the expired gauge. */
+  snapshot(): { claims: Record<string, Partial<Record<ClaimOutcome, number>>>; expiredLeases: number } {
+    const claims: Record<string, Partial<Record<ClaimOutcome, number>>> = {};
+    for (const [scope, byOutcome] of this.totals) claims[scope] = Object.fromEntries(byOutcome);
+    return { claims, expiredLeases: this.expired };
+  }
+}

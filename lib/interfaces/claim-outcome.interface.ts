@@ -1,0 +1,19 @@
+/**
+ * Every counted outcome of a delivery:
+ * - `claimed`: first delivery, the handler ran (or is running).
+ * - `replayed`: already done; answered 200 with `Idempotent-Replayed: true`, handler not called.
+ * - `in_flight`: another worker holds the claim; answered 409 (or 503) with `Retry-After`.
+ * - `reclaimed`: an expired lease or a failed attempt was taken over; the handler ran again.
+ * - `failed`: the handler threw; the claim was rolled back (transaction) or marked failed (external).
+ * - `lease_lost`: an external handler finished after another worker took its lease over.
+ * - `expired`: the reporter found a lease whose worker died holding it.
+ */
+export type ClaimOutcome =
+  'claimed' | 'replayed' | 'in_flight' | 'reclaimed' | 'failed' | 'lease_lost' | 'expired';
+
+/** Passed to the `onOutcome` hook. */
+export interface ClaimOutcomeEvent {
+  outcome: ClaimOutcome;
+  scope: string;
+  key: string;
+}

@@ -1,0 +1,30 @@
+/** An external-mode claim whose lease ran out while still in progress: its worker probably died. */
+export interface ExpiredLease {
+  scope: string;
+  key: string;
+  source: string;
+  attempts: number;
+  claimedAt: Date;
+  leaseExpiresAt: Date;
+  /** Milliseconds between the lease's expiry and the report (database clock). */
+  expiredForMs: number;
+}
+
+/** A claim that has needed `maxAttempts` attempts or more and is still not done. */
+export interface PoisonEvent {
+  scope: string;
+  key: string;
+  source: string;
+  status: 'in_progress' | 'failed';
+  attempts: number;
+  lastError: string | null;
+}
+
+/** What one reporter run found and did. `skipped` when another replica already reported this tick. */
+export interface ReporterRunResult {
+  skipped: boolean;
+  expired: ExpiredLease[];
+  expiredCount: number;
+  poison: PoisonEvent[];
+  deleted: number;
+}

@@ -1,0 +1,109 @@
+import type { ClaimOutcomeEvent } from './claim-outcome.interface.js';
+import type { ExpiredLease } from './expired-lease.interface.js';
+
+/**
+ * Options of `IdempotencyModule.forRoot()` / the object returned by `forRootAsync`'s `useFactory`.
+ * Every field is optional; the defaults suit Stripe and GitHub deliveries.
+ */
+export interface IdempotencyModuleOptions {
+  /**
+   * How long an external-mode claim (`external: true`) is held before another worker may take it
+   * over. Longer than your slowest realistic handler, shorter than your patience.
+   * @default 300000 (5 minutes)
+   */
+  leaseMs?: number;
+  /**
+   * How long a concurrent duplicate in transaction mode waits for the first delivery's transaction
+   * (Postgres `lock_timeout` on the claim) before it is answered 409. Bounds how many pool
+   * connections a duplicate storm can hold.
+   * @default 5000
+   */
+  concurrentDuplicateWaitMs?: number;
+  /**
+   * `Retry-After` (seconds) on 503 answers and on 409 in transaction mode; the cap for the
+   * lease-derived `Retry-After` in external mode.
+   * @default 30
+   */
+  retryAfterSeconds?: number;
+  /**
+   * Longest key accepted; longer keys get 400 and nothing is written.
+   * @default 255
+   */
+  maxKeyLength?: number;
+  /**
+   * A transactional handler holding its transaction longer than this gets a warning (once per
+   * handler per minute): its work probably belongs in external mode.
+   * @default 10000
+   */
+  slowTransactionWarnMs?: number;
+  /**
+   * Status for a duplicate that finds a live lease held by another worker (external mode).
+   * @default 409
+   */
+  inFlightStatus?: 409 | 503;
+  /**
+   * How often the expired-lease reporter runs, in milliseconds. Ignored when `reportCron` is set.
+   * @default 60000
+   */
+  reportEveryMs?: number;
+  /**
+   * Cron expression for the expired-lease reporter, instead of `reportEveryMs`.
+   * @default undefined
+   */
+  reportCron?: string;
+  /**
+   * Register the expired-lease reporter (needs `ScheduleModule.forRoot()` in the app).
+   * @default true
+   */
+  reporter?: boolean;
+  /**
+   * Claims that took this many attempts or more are reported as poison events.
+   * @default 5
+   */
+  maxAttempts?: number;
+  /**
+   * Done rows older than this are deleted by the reporter. Keep it longer than the sender's retry
+   * window (Stripe: 3 days) or old redeliveries will run again.
+   * @default 30
+   */
+  retentionDays?: number;
+  /**
+   * Rows deleted per statement by retention, so one run never holds a long lock.
+   * @default 1000
+   */
+  retentionBatchSize?: number;
+  /**
+   * Called with the expired leases found by each reporter run that found any.
+   * @default undefined
+   */
+  onExpiredLeases?: (leases: ExpiredLease[]) => void | Promise<void>;
+  /**
+   * Called for every counted outcome (claimed, replayed, in_flight, ...), for metrics other than
+   * prom-client. Must not throw; errors are logged and ignored.
+   * @default undefined
+   */
+  onOutcome?: (event: ClaimOutcomeEvent) => void;
+  /**
+   * Export `idempotency_claims_total` and `idempotency_expired_leases` to prom-client (an optional
+   * peer dependency): `true` uses prom-client's default registry, or pass a registry; `false` never
+   * loads prom-client.
+   * @default true (used only when prom-client is installed)
+   */
+  prometheus?: boolean | { registers: unknown[] };
+}
+
+/** Extras of forRoot/forRootAsync: they shape the module, so they stay outside `useFactory`. */
+export interface IdempotencyModuleExtras {
+  /**
+   * Name of the @nestjs/typeorm DataSource the claims use (the same name given to
+   * `TypeOrmModule.forRoot({ name })`).
+   * @default the default DataSource
+   */
+  dataSource?: string;
+}
+
+/** The options with every default applied; what the library's services read. */
+export type IdempotencyConfig = Required<
+  Omit<IdempotencyModuleOptions, 'reportCron' | 'onExpiredLeases' | 'onOutcome'>
+> &
+  Pick<IdempotencyModuleOptions, 'reportCron' | 'onExpiredLeases' | 'onOutcome'>;

@@ -1,0 +1,4 @@
+export * from './claim-outcome.interface.js';
+export * from './expired-lease.interface.js';
+export * from './idempotency-module-options.interface.js';
+export * from './idempotent-webhook-options.interface.js';

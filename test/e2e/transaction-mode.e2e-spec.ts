@@ -1,0 +1,103 @@
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import request from 'supertest';
+import { ADAPTERS, startApp, type RunningApp } from '../support/app.js';
+import { createTestDatabase, type TestDatabase } from '../support/database.js';
+import { Gates, WebhookFixtureModule } from '../fixtures/webhook-fixture.module.js';
+
+describe.each(ADAPTERS)('transaction mode (%s)', (adapter) => {
+  let db: TestDatabase;
+  let running: RunningApp;
+
+  beforeAll(async () => {
+    db = await createTestDatabase();
+    running = await startApp(adapter, [WebhookFixtureModule.forDatabase({ databaseUrl: db.url })]);
+  });
+
+  afterAll(async () => {
+    await running?.close();
+    await db?.drop();
+  });
+
+  const orders = (id: string) => db.count('SELECT count(*) FROM orders WHERE event_id = $1', [id]);
+  const claims = (id: string) => db.count('SELECT count(*) FROM processed_events WHERE event_key = $1', [id]);
+
+  it('processes a delivery once and replays the duplicate without calling the handler', async () => {
+    const first = await request(running.url).post('/orders').send({ id: 'evt_seq_1', amount: 42 });
+    expect(first.status).toBe(200);
+    expect(first.body).toEqual({ processed: 'evt_seq_1' });
+    expect(first.headers['idempotent-replayed']).toBeUndefined();
+
+    const second = await request(running.url).post('/orders').send({ id: 'evt_seq_1', amount: 42 });
+    expect(second.status).toBe(200);
+    expect(second.headers['idempotent-replayed']).toBe('true');
+
+    expect(await orders('evt_seq_1')).toBe(1);
+    const { rows } = await db.pool.query(
+      'SELECT scope, source, status FROM processed_events WHERE event_key = $1',
+      ['evt_seq_1'],
+    );
+    expect(rows).toEqual([{ scope: 'FixtureController.order', source: 'fixture', status: 'done' }]);
+  });
+
+  it('runs 50 concurrent deliveries of one event exactly once, with no 5xx', async () => {
+    const answers = await Promise.all(
+      Array.from({ length: 50 }, () =>
+        request(running.url).post('/orders').send({ id: 'evt_burst', amount: 7 }),
+      ),
+    );
+    const statuses = answers.map((answer) => answer.status);
+    expect(statuses.filter((status) => status >= 500)).toEqual([]);
+    expect(statuses.every((status) => status === 200 || status === 409)).toBe(true);
+    expect(
+      answers.filter((answer) => answer.status === 200 && !answer.headers['idempotent-replayed']),
+    ).toHaveLength(1);
+    expect(await orders('evt_burst')).toBe(1);
+    expect(await claims('evt_burst')).toBe(1);
+  });
+
+  it('rolls back claim and effect when the handler throws, so the redelivery runs it', async () => {
+    const failed = await request(running.url).post('/orders').send({ id: 'evt_fail', fail: true });
+    expect(failed.status).toBe(500);
+    expect(await orders('evt_fail')).toBe(0);
+    expect(await claims('evt_fail')).toBe(0);
+
+    const retried = await request(running.url).post('/orders').send({ id: 'evt_fail' });
+    expect(retried.status).toBe(200);
+    expect(retried.headers['idempotent-replayed']).toBeUndefined();
+    expect(await orders('evt_fail')).toBe(1);
+    expect(await claims('evt_fail')).toBe(1);
+  });
+
+  it('gives services the transaction through IdempotencyContext', async () => {
+    const failed = await request(running.url).post('/orders/via-service').send({ id: 'evt_svc', fail: true });
+    expect(failed.status).toBe(500);
+    expect(await orders('evt_svc')).toBe(0);
+
+    const ok = await request(running.url).post('/orders/via-service').send({ id: 'evt_svc' });
+    expect(ok.status).toBe(200);
+    expect(ok.body).toEqual({ processed: 'evt_svc', scope: 'FixtureController.viaService', key: 'evt_svc' });
+    expect(await orders('evt_svc')).toBe(1);
+  });
+
+  it('processes one event once per handler: two scopes, two claims', async () => {
+    await request(running.url).post('/orders').send({ id: 'evt_two_scopes' }).expect(200);
+    const other = await request(running.url).post('/external').send({ id: 'evt_two_scopes' });
+    expect(other.status).toBe(200);
+    expect(other.headers['idempotent-replayed']).toBeUndefined();
+    expect(await claims('evt_two_scopes')).toBe(2);
+  });
+
+  it('keeps unrelated events flowing while one claim is held', async () => {
+    const gates = running.app.get(Gates);
+    const held = request(running.url)
+      .post('/orders')
+      .send({ id: 'evt_held', block: true })
+      .then((r) => r);
+    await gates.entered('evt_held');
+    await request(running.url).post('/orders').send({ id: 'evt_other' }).expect(200);
+    expect(await orders('evt_other')).toBe(1);
+    gates.open('evt_held');
+    expect((await held).status).toBe(200);
+    expect(await orders('evt_held')).toBe(1);
+  });
+});

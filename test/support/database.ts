@@ -1,0 +1,66 @@
+import { randomBytes } from 'node:crypto';
+import pg from 'pg';
+import { DataSource } from 'typeorm';
+import { CreateProcessedEvents1764547200000 } from '../../lib/index.js';
+import { FIXTURE_SCHEMA } from '../fixtures/webhook-fixture.module.js';
+
+/** A database made for one test file, with the library's migration applied. */
+export interface TestDatabase {
+  url: string;
+  name: string;
+  /** A plain pg pool on the database, for assertions and for holding locks. */
+  pool: pg.Pool;
+  count(sql: string, parameters?: unknown[]): Promise<number>;
+  drop(): Promise<void>;
+}
+
+function adminUrl(): string {
+  const url = process.env.TEST_POSTGRES_ADMIN_URL;
+  if (!url)
+    throw new Error(
+      'TEST_POSTGRES_ADMIN_URL is not set: run the tests through jest (test/support/global-setup.ts)',
+    );
+  return url;
+}
+
+/**
+ * Creates a fresh database and runs the library's migration in it, once, before any app starts:
+ * creating the schema from several workers at once races.
+ */
+export async function createTestDatabase(): Promise<TestDatabase> {
+  const name = `idem_${randomBytes(6).toString('hex')}`;
+  const admin = new pg.Client({ connectionString: adminUrl() });
+  await admin.connect();
+  await admin.query(`CREATE DATABASE ${name}`);
+  await admin.end();
+
+  const url = new URL(adminUrl());
+  url.pathname = `/${name}`;
+  const dataSource = new DataSource({
+    type: 'postgres',
+    url: url.toString(),
+    migrations: [CreateProcessedEvents1764547200000],
+  });
+  await dataSource.initialize();
+  await dataSource.runMigrations();
+  await dataSource.query(FIXTURE_SCHEMA);
+  await dataSource.destroy();
+
+  const pool = new pg.Pool({ connectionString: url.toString(), max: 60 });
+  return {
+    url: url.toString(),
+    name,
+    pool,
+    async count(sql, parameters = []) {
+      const { rows } = await pool.query(sql, parameters);
+      return Number(Object.values(rows[0] ?? { n: 0 })[0]);
+    },
+    async drop() {
+      await pool.end();
+      const client = new pg.Client({ connectionString: adminUrl() });
+      await client.connect();
+      await client.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+      await client.end();
+    },
+  };
+}

