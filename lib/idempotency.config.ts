@@ -10,7 +10,11 @@ const POSITIVE = [
   'maxAttempts',
   'retentionDays',
   'retentionBatchSize',
+  'slowTransactionWarnMs',
 ] as const;
+
+/** Numbers only: '10' from an unparsed environment variable would work only by coercion. */
+const isPositive = (value: unknown) => typeof value === 'number' && value > 0;
 
 /** Merges the defaults into the user's options and rejects values that cannot work. */
 export function resolveIdempotencyConfig(options: IdempotencyModuleOptions = {}): IdempotencyConfig {
@@ -22,13 +26,14 @@ export function resolveIdempotencyConfig(options: IdempotencyModuleOptions = {})
     ...defined,
   } as IdempotencyConfig;
   for (const name of POSITIVE) {
-    if (!(Number(config[name]) > 0)) {
+    if (!isPositive(config[name])) {
       throw new Error(
         `IdempotencyModule option ${name} must be a positive number, got ${String(config[name])}`,
       );
     }
   }
-  if (!(config.concurrentDuplicateWaitMs >= 0)) {
+  const wait = config.concurrentDuplicateWaitMs;
+  if (typeof wait !== 'number' || !(wait >= 0)) {
     throw new Error(
       `IdempotencyModule option concurrentDuplicateWaitMs must be zero or more, got ${String(config.concurrentDuplicateWaitMs)}`,
     );

@@ -14,8 +14,8 @@ export interface TestDatabase {
   drop(): Promise<void>;
 }
 
-function adminUrl(): string {
-  const url = process.env.TEST_POSTGRES_ADMIN_URL;
+function adminUrl(override?: string): string {
+  const url = override ?? process.env.TEST_POSTGRES_ADMIN_URL;
   if (!url)
     throw new Error(
       'TEST_POSTGRES_ADMIN_URL is not set: run the tests through jest (test/support/global-setup.ts)',
@@ -25,16 +25,17 @@ function adminUrl(): string {
 
 /**
  * Creates a fresh database and runs the library's migration in it, once, before any app starts:
- * creating the schema from several workers at once races.
+ * creating the schema from several workers at once races. `serverAdminUrl` picks another server
+ * than the run's shared one (e.g. a dedicated server an outage test stops).
  */
-export async function createTestDatabase(): Promise<TestDatabase> {
+export async function createTestDatabase(serverAdminUrl?: string): Promise<TestDatabase> {
   const name = `idem_${randomBytes(6).toString('hex')}`;
-  const admin = new pg.Client({ connectionString: adminUrl() });
+  const admin = new pg.Client({ connectionString: adminUrl(serverAdminUrl) });
   await admin.connect();
   await admin.query(`CREATE DATABASE ${name}`);
   await admin.end();
 
-  const url = new URL(adminUrl());
+  const url = new URL(adminUrl(serverAdminUrl));
   url.pathname = `/${name}`;
   const dataSource = new DataSource({
     type: 'postgres',
@@ -47,6 +48,9 @@ export async function createTestDatabase(): Promise<TestDatabase> {
   await dataSource.destroy();
 
   const pool = new pg.Pool({ connectionString: url.toString(), max: 60 });
+  // An idle client whose server goes away (outage tests stop it) emits 'error' on the pool; with
+  // no listener that would crash the Jest worker. The next query reports the failure instead.
+  pool.on('error', () => undefined);
   return {
     url: url.toString(),
     name,
@@ -57,10 +61,26 @@ export async function createTestDatabase(): Promise<TestDatabase> {
     },
     async drop() {
       await pool.end();
-      const client = new pg.Client({ connectionString: adminUrl() });
+      const client = new pg.Client({ connectionString: adminUrl(serverAdminUrl) });
       await client.connect();
       await client.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
       await client.end();
     },
   };
+}
+
+/** Sessions on the test database blocked on a lock: concurrent duplicates waiting on a held claim. */
+export function lockWaiters(db: TestDatabase): Promise<number> {
+  return db.count(`SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND wait_event_type = 'Lock'`, [
+    db.name,
+  ]);
+}
+
+/** Sessions on the test database inside a transaction, other than the asking one. */
+export function openTransactions(db: TestDatabase): Promise<number> {
+  return db.count(
+    `SELECT count(*) FROM pg_stat_activity
+     WHERE datname = $1 AND xact_start IS NOT NULL AND pid <> pg_backend_pid()`,
+    [db.name],
+  );
 }

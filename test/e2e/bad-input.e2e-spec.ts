@@ -1,0 +1,161 @@
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import request from 'supertest';
+import { ADAPTERS, startApp, type RunningApp } from '../support/app.js';
+import { createTestDatabase, type TestDatabase } from '../support/database.js';
+import { BadInputController, OVERLONG_KEY } from '../fixtures/bad-input.fixture.js';
+import { FixtureController, WebhookFixtureModule } from '../fixtures/webhook-fixture.module.js';
+
+/**
+ * Every bad input is answered 400 with a message naming the problem, before anything is written
+ * and without calling the handler: a bad key must never be claimed (the sender would be told
+ * "done") and never be processed unclaimed.
+ */
+describe.each(ADAPTERS)('bad input (%s)', (adapter) => {
+  let db: TestDatabase;
+  let running: RunningApp;
+  let tight: RunningApp;
+
+  beforeAll(async () => {
+    db = await createTestDatabase();
+    const controllers = [FixtureController, BadInputController];
+    running = await startApp(adapter, [
+      WebhookFixtureModule.forDatabase({ databaseUrl: db.url, controllers }),
+    ]);
+    tight = await startApp(adapter, [
+      WebhookFixtureModule.forDatabase({
+        databaseUrl: db.url,
+        controllers,
+        idempotency: { maxKeyLength: 16 },
+      }),
+    ]);
+  });
+
+  afterAll(async () => {
+    await running?.close();
+    await tight?.close();
+    await db?.drop();
+  });
+
+  const totalCalls = () =>
+    [running, tight]
+      .flatMap(({ app }) => [...app.get(BadInputController).calls.values()])
+      .reduce((sum, calls) => sum + calls, 0);
+  const written = async () => ({
+    claims: await db.count('SELECT count(*) FROM processed_events'),
+    orders: await db.count('SELECT count(*) FROM orders'),
+    calls: totalCalls(),
+  });
+
+  /** Sends `send` and checks the 400, its message, and that nothing was written or called. */
+  const expectRejected = async (send: () => PromiseLike<request.Response>, message: RegExp | string) => {
+    const before = await written();
+    const answer = await send();
+    expect(answer.status).toBe(400);
+    if (typeof message === 'string') expect(answer.body.message).toBe(message);
+    else expect(String(answer.body.message)).toMatch(message);
+    expect(await written()).toEqual(before);
+  };
+
+  it('processes a good key on the same routes (the control)', async () => {
+    const answer = await request(running.url)
+      .post('/bad/by-id')
+      .send({ id: `evt_good_${adapter}` });
+    expect(answer.status).toBe(200);
+    expect(running.app.get(BadInputController).calls.get('by-id')).toBe(1);
+    expect(await db.count('SELECT count(*) FROM orders WHERE event_id = $1', [`evt_good_${adapter}`])).toBe(
+      1,
+    );
+  });
+
+  it('rejects a key extractor that throws', async () => {
+    await expectRejected(
+      () => request(running.url).post('/bad/throws').send({ id: 'evt_1' }),
+      'Idempotency key extractor of BadInputController.throws threw: signature header missing',
+    );
+  });
+
+  it('rejects a key that is not a string', async () => {
+    await expectRejected(
+      () => request(running.url).post('/bad/number').send({ id: 'evt_1' }),
+      'Idempotency key of BadInputController.number must be a string, got number',
+    );
+    await expectRejected(
+      () => request(running.url).post('/bad/null').send({ id: 'evt_1' }),
+      'Idempotency key of BadInputController.nullKey must be a string, got null',
+    );
+  });
+
+  it('rejects an empty key', async () => {
+    await expectRejected(
+      () => request(running.url).post('/bad/empty').send({ id: 'evt_1' }),
+      'Idempotency key of BadInputController.empty is empty',
+    );
+  });
+
+  it('rejects a key longer than maxKeyLength (default 255)', async () => {
+    await expectRejected(
+      () => request(running.url).post('/bad/long').send({ id: 'evt_1' }),
+      `Idempotency key of BadInputController.long is ${OVERLONG_KEY.length} characters long; the maximum is 255`,
+    );
+    await expectRejected(
+      () =>
+        request(running.url)
+          .post('/orders')
+          .send({ id: 'x'.repeat(256) }),
+      'Idempotency key of FixtureController.order is 256 characters long; the maximum is 255',
+    );
+  });
+
+  it('applies a configured maxKeyLength, accepting a key of exactly that length', async () => {
+    await expectRejected(
+      () =>
+        request(tight.url)
+          .post('/bad/by-id')
+          .send({ id: 'k'.repeat(17) }),
+      'Idempotency key of BadInputController.byId is 17 characters long; the maximum is 16',
+    );
+    const fits = 'k'.repeat(16);
+    expect((await request(tight.url).post('/bad/by-id').send({ id: fits })).status).toBe(200);
+    expect(await db.count('SELECT count(*) FROM processed_events WHERE event_key = $1', [fits])).toBe(1);
+  });
+
+  it('rejects a body without the key field', async () => {
+    await expectRejected(
+      () => request(running.url).post('/orders').send({ amount: 3 }),
+      'Idempotency key of FixtureController.order must be a string, got undefined',
+    );
+    await expectRejected(
+      () => request(running.url).post('/bad/by-id').send({ amount: 3 }),
+      'Idempotency key of BadInputController.byId must be a string, got undefined',
+    );
+  });
+
+  it('rejects a body that is not JSON (the platform parser answers)', async () => {
+    await expectRejected(
+      () =>
+        request(running.url)
+          .post('/bad/by-id')
+          .set('Content-Type', 'application/json')
+          .send('{"id": "evt_1",'),
+      /JSON/,
+    );
+  });
+
+  it('rejects a delivery without a body', async () => {
+    // No body at all: the key extractor reads a property of undefined and throws.
+    await expectRejected(
+      () => request(running.url).post('/bad/by-id'),
+      /^Idempotency key extractor of BadInputController\.byId threw: /,
+    );
+  });
+
+  it('rejects an empty body declared as JSON', async () => {
+    // Express parses it to {} (no key); Fastify's parser refuses it before Nest runs.
+    await expectRejected(
+      () => request(running.url).post('/bad/by-id').set('Content-Type', 'application/json'),
+      adapter === 'express'
+        ? 'Idempotency key of BadInputController.byId must be a string, got undefined'
+        : "Body cannot be empty when content-type is set to 'application/json'",
+    );
+  });
+});

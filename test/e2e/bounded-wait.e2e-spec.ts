@@ -1,0 +1,134 @@
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import request from 'supertest';
+import { ADAPTERS, startApp, type RunningApp } from '../support/app.js';
+import { createTestDatabase, lockWaiters, type TestDatabase } from '../support/database.js';
+import { waitUntil } from '../support/wait-until.js';
+import { Gates, WebhookFixtureModule } from '../fixtures/webhook-fixture.module.js';
+
+/** A bound short enough that a duplicate storm gives its connections back quickly. */
+const SHORT_WAIT_MS = 200;
+/** A bound no test reaches: the first delivery's commit or rollback ends the wait. */
+const LONG_WAIT_MS = 30_000;
+const POOL_SIZE = 10;
+
+/**
+ * A concurrent duplicate in transaction mode blocks on the first delivery's uncommitted claim for
+ * at most `concurrentDuplicateWaitMs`, then answers 409 + Retry-After, so a storm of duplicates of
+ * one held event cannot hold the pool and starve unrelated events.
+ */
+describe.each(ADAPTERS)('bounded wait for concurrent duplicates (%s)', (adapter) => {
+  let db: TestDatabase;
+  let short: RunningApp;
+  let long: RunningApp;
+
+  beforeAll(async () => {
+    db = await createTestDatabase();
+    short = await startApp(adapter, [
+      WebhookFixtureModule.forDatabase({
+        databaseUrl: db.url,
+        poolSize: POOL_SIZE,
+        idempotency: { concurrentDuplicateWaitMs: SHORT_WAIT_MS },
+      }),
+    ]);
+    long = await startApp(adapter, [
+      WebhookFixtureModule.forDatabase({
+        databaseUrl: db.url,
+        poolSize: POOL_SIZE,
+        idempotency: { concurrentDuplicateWaitMs: LONG_WAIT_MS },
+      }),
+    ]);
+  });
+
+  afterAll(async () => {
+    await short?.close();
+    await long?.close();
+    await db?.drop();
+  });
+
+  const orders = (id: string) => db.count('SELECT count(*) FROM orders WHERE event_id = $1', [id]);
+  const claims = (id: string) => db.count('SELECT count(*) FROM processed_events WHERE event_key = $1', [id]);
+  /** Starts a delivery without awaiting it (supertest only sends once `then` is called). */
+  const deliver = (running: RunningApp, event: Record<string, unknown>) =>
+    request(running.url)
+      .post('/orders')
+      .send(event)
+      .then((answer) => answer);
+
+  it('answers duplicates of a held claim 409 + Retry-After after the bound, while unrelated events complete', async () => {
+    const id = `evt_held_${adapter}`;
+    const gates = short.app.get(Gates);
+    const held = deliver(short, { id, block: true });
+    await gates.entered(id);
+
+    // More duplicates than the pool has free connections, plus unrelated events behind them.
+    const duplicates = Array.from({ length: 12 }, () => deliver(short, { id }));
+    const unrelatedIds = Array.from({ length: 5 }, (_, n) => `evt_unrelated_${adapter}_${n}`);
+    const unrelated = unrelatedIds.map((other) => deliver(short, { id: other }));
+
+    const unrelatedAnswers = await Promise.all(unrelated);
+    expect(unrelatedAnswers.map((answer) => answer.status)).toEqual(unrelatedIds.map(() => 200));
+    for (const other of unrelatedIds) expect(await orders(other)).toBe(1);
+
+    const duplicateAnswers = await Promise.all(duplicates);
+    for (const answer of duplicateAnswers) {
+      expect(answer.status).toBe(409);
+      expect(answer.headers['retry-after']).toMatch(/^[1-9]\d*$/);
+      expect(answer.body.message).toBe(`Event ${id} is being processed by another delivery; retry later`);
+    }
+    // The held delivery is still parked: nothing the duplicates did committed.
+    expect(await orders(id)).toBe(0);
+    expect(await claims(id)).toBe(0);
+
+    gates.open(id);
+    const first = await held;
+    expect(first.status).toBe(200);
+    expect(first.body).toEqual({ processed: id });
+    expect(await orders(id)).toBe(1);
+    expect(await claims(id)).toBe(1);
+
+    const retried = await deliver(short, { id });
+    expect(retried.status).toBe(200);
+    expect(retried.headers['idempotent-replayed']).toBe('true');
+    expect(await orders(id)).toBe(1);
+  });
+
+  it('answers duplicates 200 replayed when the first delivery commits within the bound', async () => {
+    const id = `evt_commits_${adapter}`;
+    const gates = long.app.get(Gates);
+    const held = deliver(long, { id, block: true });
+    await gates.entered(id);
+
+    const duplicates = Array.from({ length: 5 }, () => deliver(long, { id }));
+    await waitUntil(async () => (await lockWaiters(db)) === 5, '5 duplicates to wait on the claim');
+    gates.open(id);
+
+    const first = await held;
+    expect(first.status).toBe(200);
+    expect(first.headers['idempotent-replayed']).toBeUndefined();
+    for (const answer of await Promise.all(duplicates)) {
+      expect(answer.status).toBe(200);
+      expect(answer.headers['idempotent-replayed']).toBe('true');
+    }
+    expect(await orders(id)).toBe(1);
+    expect(await claims(id)).toBe(1);
+  });
+
+  it('lets a waiting duplicate claim and run when the first delivery rolls back', async () => {
+    const id = `evt_rolls_back_${adapter}`;
+    const gates = long.app.get(Gates);
+    const held = deliver(long, { id, block: true, fail: true });
+    await gates.entered(id);
+
+    const duplicate = deliver(long, { id });
+    await waitUntil(async () => (await lockWaiters(db)) === 1, 'the duplicate to wait on the claim');
+    gates.open(id);
+
+    expect((await held).status).toBe(500);
+    const answer = await duplicate;
+    expect(answer.status).toBe(200);
+    expect(answer.body).toEqual({ processed: id });
+    expect(answer.headers['idempotent-replayed']).toBeUndefined();
+    expect(await orders(id)).toBe(1);
+    expect(await claims(id)).toBe(1);
+  });
+});

@@ -1,0 +1,68 @@
+import { describe, expect, it } from '@jest/globals';
+import { resolveIdempotencyConfig } from '../../lib/idempotency.config.js';
+import { DEFAULTS } from '../../lib/idempotency.constants.js';
+
+describe('resolveIdempotencyConfig', () => {
+  it('fills every default when no options are given', () => {
+    expect(resolveIdempotencyConfig()).toEqual({ ...DEFAULTS, reporter: true, prometheus: true });
+    expect(resolveIdempotencyConfig({})).toEqual(resolveIdempotencyConfig());
+  });
+
+  it('documents the defaults the README promises', () => {
+    expect(resolveIdempotencyConfig()).toMatchObject({
+      leaseMs: 300_000,
+      concurrentDuplicateWaitMs: 5_000,
+      retryAfterSeconds: 30,
+      maxKeyLength: 255,
+      slowTransactionWarnMs: 10_000,
+      inFlightStatus: 409,
+    });
+  });
+
+  it('keeps given options and lets undefined ones fall back to the default', () => {
+    // forRootAsync factories often spread optional env values that are undefined.
+    const config = resolveIdempotencyConfig({
+      leaseMs: 2_000,
+      retryAfterSeconds: undefined,
+      inFlightStatus: 503,
+    });
+    expect(config.leaseMs).toBe(2_000);
+    expect(config.retryAfterSeconds).toBe(30);
+    expect(config.inFlightStatus).toBe(503);
+  });
+
+  it('accepts a zero concurrentDuplicateWaitMs (answer duplicates at once)', () => {
+    expect(resolveIdempotencyConfig({ concurrentDuplicateWaitMs: 0 }).concurrentDuplicateWaitMs).toBe(0);
+  });
+
+  const positive = [
+    'leaseMs',
+    'retryAfterSeconds',
+    'maxKeyLength',
+    'reportEveryMs',
+    'maxAttempts',
+    'retentionDays',
+    'retentionBatchSize',
+    'slowTransactionWarnMs',
+  ] as const;
+
+  describe.each(positive)('%s', (name) => {
+    it.each([0, -1, Number.NaN, 'abc' as unknown as number, '10' as unknown as number])('rejects %p, naming the option', (value) => {
+      expect(() => resolveIdempotencyConfig({ [name]: value })).toThrow(
+        `IdempotencyModule option ${name} must be a positive number, got ${String(value)}`,
+      );
+    });
+  });
+
+  it.each([-1, Number.NaN, '10' as unknown as number])('rejects concurrentDuplicateWaitMs %p', (value) => {
+    expect(() => resolveIdempotencyConfig({ concurrentDuplicateWaitMs: value })).toThrow(
+      `IdempotencyModule option concurrentDuplicateWaitMs must be zero or more, got ${value}`,
+    );
+  });
+
+  it.each([418, 200, 500])('rejects inFlightStatus %p', (value) => {
+    expect(() => resolveIdempotencyConfig({ inFlightStatus: value as 409 })).toThrow(
+      `IdempotencyModule option inFlightStatus must be 409 or 503, got ${value}`,
+    );
+  });
+});
