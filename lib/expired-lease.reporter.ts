@@ -8,6 +8,7 @@ import {
 import { ModuleRef } from '@nestjs/core';
 import type { DataSource } from 'typeorm';
 import {
+  EXPIRED_LEASE_COUNT,
   EXPIRED_LEASES,
   POISON_EVENTS,
   REPORTER_TICK_CLAIM,
@@ -96,12 +97,19 @@ export class ExpiredLeaseReporter implements OnApplicationBootstrap, OnModuleDes
   }
 
   /**
-   * One report: claims the current tick (skipped if another replica did), logs and counts expired
-   * leases, reports poison events, and applies retention. Safe to call by hand.
+   * One report: claims the current tick (skipped if another replica did; the gauge is still
+   * refreshed), logs and counts expired leases, reports poison events, and applies retention.
+   * Safe to call by hand.
    */
   async run(): Promise<ReporterRunResult> {
     const [tick] = await this.dataSource.query(REPORTER_TICK_CLAIM, [REPORTER_SCOPE, this.tickMs()]);
-    if (!tick) return { skipped: true, expired: [], expiredCount: 0, poison: [], deleted: 0 };
+    if (!tick) {
+      // Another replica reports this tick, but this replica's gauge is scraped too: without a
+      // refresh it would keep whatever it saw the last tick it won, possibly long ago.
+      const [count] = await this.dataSource.query(EXPIRED_LEASE_COUNT);
+      this.metrics.setExpiredLeases(Number(count?.total ?? 0));
+      return { skipped: true, expired: [], expiredCount: 0, poison: [], deleted: 0 };
+    }
     await this.dataSource.query(REPORTER_TICKS_PRUNE, [REPORTER_SCOPE]);
 
     const expired = await this.findExpired();

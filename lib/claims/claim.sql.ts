@@ -93,6 +93,13 @@ WHERE status = 'in_progress' AND lease_expires_at < now()
 ORDER BY lease_expires_at
 LIMIT $1`;
 
+/**
+ * How many leases have expired, for the gauge of a replica whose run was skipped (another replica
+ * reported the tick): every replica exports the gauge, so each keeps it current.
+ */
+export const EXPIRED_LEASE_COUNT = `
+SELECT COUNT(*)::int AS total FROM processed_events WHERE status = 'in_progress' AND lease_expires_at < now()`;
+
 /** Claims that keep failing or dying. $1 max attempts, $2 reporter scope, $3 limit. */
 export const POISON_EVENTS = `
 SELECT scope, event_key, source, status, attempts, last_error

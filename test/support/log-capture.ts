@@ -47,11 +47,7 @@ export class LogCapture implements LoggerService {
   }
 
   /** Resolves with the first matching lines once there are any; rejects after `timeoutMs`. */
-  async waitFor(
-    level: CapturedLine['level'],
-    parts: string[],
-    timeoutMs = 10_000,
-  ): Promise<CapturedLine[]> {
+  async waitFor(level: CapturedLine['level'], parts: string[], timeoutMs = 10_000): Promise<CapturedLine[]> {
     const deadline = Date.now() + timeoutMs;
     for (;;) {
       const found = this.find(level, ...parts);
