@@ -23,12 +23,25 @@ function adminUrl(override?: string): string {
   return url;
 }
 
+/** Options of createTestDatabase. */
+export interface TestDatabaseOptions {
+  /**
+   * Create the fixture tables (`orders`, `downstream_calls`); false for apps that bring their own
+   * schema (the sample's migration creates an `orders` table of its own).
+   * @default true
+   */
+  fixtureSchema?: boolean;
+}
+
 /**
  * Creates a fresh database and runs the library's migration in it, once, before any app starts:
  * creating the schema from several workers at once races. `serverAdminUrl` picks another server
  * than the run's shared one (e.g. a dedicated server an outage test stops).
  */
-export async function createTestDatabase(serverAdminUrl?: string): Promise<TestDatabase> {
+export async function createTestDatabase(
+  serverAdminUrl?: string,
+  options: TestDatabaseOptions = {},
+): Promise<TestDatabase> {
   const name = `idem_${randomBytes(6).toString('hex')}`;
   const admin = new pg.Client({ connectionString: adminUrl(serverAdminUrl) });
   await admin.connect();
@@ -44,7 +57,7 @@ export async function createTestDatabase(serverAdminUrl?: string): Promise<TestD
   });
   await dataSource.initialize();
   await dataSource.runMigrations();
-  await dataSource.query(FIXTURE_SCHEMA);
+  if (options.fixtureSchema !== false) await dataSource.query(FIXTURE_SCHEMA);
   await dataSource.destroy();
 
   const pool = new pg.Pool({ connectionString: url.toString(), max: 60 });

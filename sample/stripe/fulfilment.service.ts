@@ -1,0 +1,41 @@
+import { Injectable, Logger } from '@nestjs/common';
+import type Stripe from 'stripe';
+import { IdempotencyContext } from '../idempotency.js';
+import { FulfilmentClient } from './fulfilment.client.js';
+import { webhookAnswer, type WebhookAnswer } from './webhook-answer.js';
+
+/**
+ * The fulfilment side of the sample: it calls an API outside the database, so it runs under a
+ * lease (external mode) rather than in a transaction. It reads the delivery's key and attempt from
+ * IdempotencyContext, which the library makes available to any service the handler calls.
+ */
+@Injectable()
+export class FulfilmentService {
+  private readonly logger = new Logger(FulfilmentService.name);
+
+  constructor(
+    private readonly client: FulfilmentClient,
+    private readonly context: IdempotencyContext,
+  ) {}
+
+  async apply(event: Stripe.Event): Promise<WebhookAnswer> {
+    if (event.type !== 'checkout.session.completed') return webhookAnswer(event, 'ignored');
+
+    const session = event.data.object;
+    const attempt = this.context.attempt ?? 1;
+    if (attempt > 1) {
+      // An earlier attempt died or failed holding this event; it may have reached the API.
+      this.logger.warn(`${event.id}: attempt ${attempt}, the fulfilment API may already have seen it`);
+    }
+    const outcome = await this.client.send(
+      {
+        eventId: event.id,
+        sessionId: session.id,
+        email: session.customer_details?.email ?? session.customer_email ?? null,
+      },
+      this.context.key,
+    );
+    if (outcome === 'sent') this.logger.log(`${event.id}: fulfilment sent for ${session.id}`);
+    return webhookAnswer(event, outcome === 'sent' ? 'fulfilment_sent' : 'fulfilment_logged');
+  }
+}

@@ -1,0 +1,364 @@
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { createTestDatabase, type TestDatabase } from '../support/database.js';
+import { startPostgres, type PostgresServer } from '../support/postgres-server.js';
+import { FakeFulfilmentApi } from '../support/sample-downstream.js';
+import { healthStatus, killAllSamples, startSample, type SampleProcess } from '../support/sample-process.js';
+import {
+  checkoutSessionCompleted,
+  deliver,
+  FULFILMENT,
+  invoicePaid,
+  ORDERS,
+  payloadOf,
+  paymentIntentSucceeded,
+  signatureFor,
+  stripeEvent,
+  type DeliveryOptions,
+} from '../support/sample-stripe.js';
+
+/**
+ * The Stripe sample as Stripe sees it: the built app in its own process (`node
+ * dist/sample/main.js`), real Postgres, correctly signed deliveries over HTTP. One test per row of
+ * the issue's answers table, each asserting what was written, not only the status.
+ */
+describe('Stripe sample: answers', () => {
+  let db: TestDatabase;
+  let api: FakeFulfilmentApi;
+  let sample: SampleProcess;
+
+  beforeAll(async () => {
+    // The sample's own migration creates `orders`; the fixture tables would be in its way.
+    db = await createTestDatabase(undefined, { fixtureSchema: false });
+    api = await FakeFulfilmentApi.start();
+    sample = await startSample({ databaseUrl: db.url, fulfilmentUrl: api.url });
+  });
+
+  afterAll(async () => {
+    await killAllSamples();
+    await api?.close();
+    await db?.drop();
+  });
+
+  const orders = (eventId: string) =>
+    db.count('SELECT count(*) FROM orders WHERE stripe_event_id = $1', [eventId]);
+  const claims = (key: string) =>
+    db.count('SELECT count(*) FROM processed_events WHERE event_key = $1', [key]);
+  /** Everything a delivery can write: claims of the sample's scopes, orders, fulfilment calls. */
+  const footprint = async () => ({
+    claims: await db.count(`SELECT count(*) FROM processed_events WHERE scope LIKE 'stripe.%'`),
+    orders: await db.count('SELECT count(*) FROM orders'),
+    fulfilmentCalls: api.calls.length,
+  });
+  const claimRows = async (key: string) =>
+    (
+      await db.pool.query(
+        'SELECT scope, status, attempts FROM processed_events WHERE event_key = $1 ORDER BY scope',
+        [key],
+      )
+    ).rows;
+
+  it('processed now: 200 and one order with the payment intent, amount and currency', async () => {
+    const answer = await deliver(sample.url, ORDERS, paymentIntentSucceeded('evt_new'));
+    expect(answer.status).toBe(200);
+    expect(answer.headers['idempotent-replayed']).toBeUndefined();
+    expect(answer.body).toEqual({
+      received: true,
+      eventId: 'evt_new',
+      type: 'payment_intent.succeeded',
+      effect: 'order_created',
+    });
+    const { rows } = await db.pool.query(
+      'SELECT payment_intent_id, amount, currency FROM orders WHERE stripe_event_id = $1',
+      ['evt_new'],
+    );
+    expect(rows).toEqual([{ payment_intent_id: 'pi_evt_new', amount: 4200, currency: 'eur' }]);
+    expect(await claimRows('evt_new')).toEqual([{ scope: 'stripe.orders', status: 'done', attempts: 1 }]);
+  });
+
+  it('already done: 200 + Idempotent-Replayed: true, and the handler does not run again', async () => {
+    const event = paymentIntentSucceeded('evt_twice');
+    expect((await deliver(sample.url, ORDERS, event)).status).toBe(200);
+    for (let redelivery = 0; redelivery < 3; redelivery++) {
+      const answer = await deliver(sample.url, ORDERS, event);
+      expect(answer.status).toBe(200);
+      expect(answer.headers['idempotent-replayed']).toBe('true');
+    }
+    expect(await orders('evt_twice')).toBe(1);
+    expect(await claims('evt_twice')).toBe(1);
+    const log = sample
+      .output()
+      .split('\n')
+      .filter((line) => line.includes('evt_twice: order'));
+    expect(log).toHaveLength(1);
+  });
+
+  it('the order insert is idempotent on its own: with the claim lost, a redelivery still makes no second order', async () => {
+    const event = paymentIntentSucceeded('evt_claim_lost');
+    expect((await deliver(sample.url, ORDERS, event)).body.effect).toBe('order_created');
+    // The seed's "dedupe tables fail": someone empties the claim.
+    await db.pool.query('DELETE FROM processed_events WHERE event_key = $1', ['evt_claim_lost']);
+
+    const again = await deliver(sample.url, ORDERS, event);
+    expect(again.status).toBe(200);
+    expect(again.headers['idempotent-replayed']).toBeUndefined();
+    expect(again.body.effect).toBe('order_exists');
+    expect(await orders('evt_claim_lost')).toBe(1);
+    expect(await claims('evt_claim_lost')).toBe(1);
+  });
+
+  it('in flight elsewhere: 409 + Retry-After while another delivery holds the fulfilment lease', async () => {
+    const event = checkoutSessionCompleted('evt_in_flight');
+    const held = api.holdNext();
+    const first = deliver(sample.url, FULFILMENT, event).then((answer) => answer);
+    await held.arrived;
+
+    const duplicate = await deliver(sample.url, FULFILMENT, event);
+    expect(duplicate.status).toBe(409);
+    const retryAfter = Number(duplicate.headers['retry-after']);
+    expect(retryAfter).toBeGreaterThanOrEqual(1);
+    expect(retryAfter).toBeLessThanOrEqual(30);
+    expect(await claimRows('evt_in_flight')).toEqual([
+      { scope: 'stripe.fulfilment', status: 'in_progress', attempts: 1 },
+    ]);
+
+    held.release(200);
+    expect((await first).status).toBe(200);
+    expect(api.callsFor('evt_in_flight')).toHaveLength(1);
+    expect(await claimRows('evt_in_flight')).toEqual([
+      { scope: 'stripe.fulfilment', status: 'done', attempts: 1 },
+    ]);
+  });
+
+  const stale = Math.floor(Date.now() / 1000) - 600;
+  const tampered = paymentIntentSucceeded('evt_bad_tampered', { amount_received: 1 });
+  /** [case, body, how it is signed, why the sample refuses it] */
+  const badDeliveries: [string, unknown, DeliveryOptions, RegExp][] = [
+    [
+      'missing Stripe-Signature',
+      paymentIntentSucceeded('evt_bad_unsigned'),
+      { signature: null },
+      /Missing Stripe-Signature/,
+    ],
+    [
+      'signed with another secret',
+      paymentIntentSucceeded('evt_bad_secret'),
+      { secret: 'whsec_other' },
+      /No signatures found/,
+    ],
+    [
+      'signature of other bytes',
+      tampered,
+      { signature: signatureFor(payloadOf(paymentIntentSucceeded('evt_bad_tampered'))) },
+      /No signatures found/,
+    ],
+    [
+      'stale signature (10 minutes old)',
+      paymentIntentSucceeded('evt_bad_stale'),
+      { timestamp: stale },
+      /tolerance/,
+    ],
+    ['body not JSON', '{"id": "evt_bad_json", ', {}, /JSON/],
+    ['body not JSON (text/plain)', 'evt_bad_text', { contentType: 'text/plain' }, /Expected a JSON body/],
+    ['no id', stripeEvent(undefined, 'payment_intent.succeeded', {}), {}, /must be a string, got undefined/],
+    [
+      'id not a string',
+      stripeEvent(12345, 'payment_intent.succeeded', {}),
+      {},
+      /must be a string, got number/,
+    ],
+    [
+      'key longer than 255 characters',
+      paymentIntentSucceeded(`evt_${'x'.repeat(300)}`),
+      {},
+      /maximum is 255/,
+    ],
+  ];
+
+  it.each(badDeliveries)('%s: 400 on both endpoints, nothing written', async (_case, body, options, why) => {
+    const before = await footprint();
+    for (const path of [ORDERS, FULFILMENT]) {
+      const answer = await deliver(sample.url, path, body, options);
+      expect({ path, status: answer.status }).toEqual({ path, status: 400 });
+      expect(answer.body.message).toMatch(why);
+    }
+    expect(await footprint()).toEqual(before);
+  });
+
+  it('handler failed (orders): 500, the claim rolls back with the order, so a redelivery runs again', async () => {
+    // Too long for varchar(3): the insert fails inside the claim's transaction.
+    const event = paymentIntentSucceeded('evt_orders_fail', { currency: 'euros' });
+    for (let delivery = 0; delivery < 2; delivery++) {
+      const answer = await deliver(sample.url, ORDERS, event);
+      // Never 200-replayed: nothing was marked done.
+      expect(answer.status).toBe(500);
+      expect(answer.headers['idempotent-replayed']).toBeUndefined();
+      expect(await claims('evt_orders_fail')).toBe(0);
+      expect(await orders('evt_orders_fail')).toBe(0);
+    }
+  });
+
+  it('handler failed (fulfilment API non-2xx, then network error): 502, lease released, retried with the same Idempotency-Key', async () => {
+    const event = checkoutSessionCompleted('evt_api_fail', 'ada@example.com');
+    api.answerNext(500);
+    const refused = await deliver(sample.url, FULFILMENT, event);
+    expect(refused.status).toBe(502);
+    expect(await claimRows('evt_api_fail')).toEqual([
+      { scope: 'stripe.fulfilment', status: 'failed', attempts: 1 },
+    ]);
+
+    api.resetNext();
+    const unreachable = await deliver(sample.url, FULFILMENT, event);
+    expect(unreachable.status).toBe(502);
+    expect(await claimRows('evt_api_fail')).toEqual([
+      { scope: 'stripe.fulfilment', status: 'failed', attempts: 2 },
+    ]);
+
+    const succeeded = await deliver(sample.url, FULFILMENT, event);
+    expect(succeeded.status).toBe(200);
+    expect(succeeded.headers['idempotent-replayed']).toBeUndefined();
+    expect((await deliver(sample.url, FULFILMENT, event)).headers['idempotent-replayed']).toBe('true');
+
+    const calls = api.callsFor('evt_api_fail');
+    expect(calls).toHaveLength(3);
+    for (const call of calls) {
+      expect(call).toEqual({
+        idempotencyKey: 'evt_api_fail',
+        body: { eventId: 'evt_api_fail', sessionId: 'cs_evt_api_fail', email: 'ada@example.com' },
+      });
+    }
+    expect(await claimRows('evt_api_fail')).toEqual([
+      { scope: 'stripe.fulfilment', status: 'done', attempts: 3 },
+    ]);
+  });
+
+  it('invoice.paid: the conditional update pays a pending invoice once and leaves a paid one alone', async () => {
+    await db.pool.query(
+      `INSERT INTO invoices (id, status, amount_due, currency) VALUES ('in_sample', 'pending', 5000, 'usd')`,
+    );
+    const paid = await deliver(sample.url, ORDERS, invoicePaid('evt_invoice_paid', 'in_sample'));
+    expect(paid.body.effect).toBe('invoice_paid');
+    const [first] = (await db.pool.query(`SELECT status, paid_at FROM invoices WHERE id = 'in_sample'`)).rows;
+    expect(first.status).toBe('paid');
+    expect(first.paid_at).toBeInstanceOf(Date);
+
+    const replay = await deliver(sample.url, ORDERS, invoicePaid('evt_invoice_paid', 'in_sample'));
+    expect(replay.headers['idempotent-replayed']).toBe('true');
+    // A different event for the same invoice is processed, and changes nothing.
+    const late = await deliver(sample.url, ORDERS, invoicePaid('evt_invoice_paid_late', 'in_sample'));
+    expect(late.status).toBe(200);
+    expect(late.body.effect).toBe('invoice_unchanged');
+    const [after] = (await db.pool.query(`SELECT status, paid_at FROM invoices WHERE id = 'in_sample'`)).rows;
+    expect(after).toEqual(first);
+  });
+
+  it('other event types are claimed and answered 200 with no effect', async () => {
+    const event = stripeEvent('evt_customer', 'customer.created', { id: 'cus_1', object: 'customer' });
+    const before = await footprint();
+    const answer = await deliver(sample.url, ORDERS, event);
+    expect(answer.status).toBe(200);
+    expect(answer.body.effect).toBe('ignored');
+    expect((await deliver(sample.url, ORDERS, event)).headers['idempotent-replayed']).toBe('true');
+    expect(await footprint()).toEqual({ ...before, claims: before.claims + 1 });
+  });
+
+  it('the same event sent to both endpoints is processed once by each', async () => {
+    const event = checkoutSessionCompleted('evt_both');
+    const first = await Promise.all([
+      deliver(sample.url, ORDERS, event),
+      deliver(sample.url, FULFILMENT, event),
+    ]);
+    expect(first.map((answer) => [answer.status, answer.body.effect])).toEqual([
+      [200, 'ignored'],
+      [200, 'fulfilment_sent'],
+    ]);
+    for (const path of [ORDERS, FULFILMENT]) {
+      expect((await deliver(sample.url, path, event)).headers['idempotent-replayed']).toBe('true');
+    }
+    expect(await claimRows('evt_both')).toEqual([
+      { scope: 'stripe.fulfilment', status: 'done', attempts: 1 },
+      { scope: 'stripe.orders', status: 'done', attempts: 1 },
+    ]);
+    expect(api.callsFor('evt_both')).toHaveLength(1);
+
+    const payment = paymentIntentSucceeded('evt_both_payment');
+    expect((await deliver(sample.url, FULFILMENT, payment)).body.effect).toBe('ignored');
+    expect((await deliver(sample.url, ORDERS, payment)).body.effect).toBe('order_created');
+    expect(await orders('evt_both_payment')).toBe(1);
+    expect(await claims('evt_both_payment')).toBe(2);
+  });
+
+  it('GET /health answers 200 and GET /metrics counts claims by scope and outcome', async () => {
+    const health = await fetch(`${sample.url}/health`);
+    expect(health.status).toBe(200);
+    expect(await health.json()).toMatchObject({ status: 'ok', info: { database: { status: 'up' } } });
+
+    const counted = async (outcome: string) => {
+      const text = await (await fetch(`${sample.url}/metrics`)).text();
+      expect(text).toMatch(/^idempotency_expired_leases \d+$/m);
+      const line = new RegExp(
+        `^idempotency_claims_total\\{scope="stripe.orders",outcome="${outcome}"\\} (\\d+)$`,
+        'm',
+      );
+      return Number(text.match(line)?.[1] ?? 0);
+    };
+    const before = { claimed: await counted('claimed'), replayed: await counted('replayed') };
+    const event = paymentIntentSucceeded('evt_metrics');
+    await deliver(sample.url, ORDERS, event);
+    await deliver(sample.url, ORDERS, event);
+    expect({ claimed: await counted('claimed'), replayed: await counted('replayed') }).toEqual({
+      claimed: before.claimed + 1,
+      replayed: before.replayed + 1,
+    });
+  });
+});
+
+describe('Stripe sample: database unreachable', () => {
+  let server: PostgresServer;
+  let db: TestDatabase;
+  let api: FakeFulfilmentApi;
+  let sample: SampleProcess;
+
+  beforeAll(async () => {
+    // A server of its own, since this test stops it (startPostgres() would reuse DATABASE_URL).
+    const shared = process.env.DATABASE_URL;
+    delete process.env.DATABASE_URL;
+    try {
+      server = await startPostgres();
+    } finally {
+      if (shared !== undefined) process.env.DATABASE_URL = shared;
+    }
+    db = await createTestDatabase(server.adminUrl, { fixtureSchema: false });
+    api = await FakeFulfilmentApi.start();
+    sample = await startSample({ databaseUrl: db.url, fulfilmentUrl: api.url });
+  }, 120_000);
+
+  afterAll(async () => {
+    await killAllSamples();
+    await api?.close();
+    // The database went with its server: only the test's pool is left to close.
+    await db?.pool.end();
+    await server?.stop();
+  });
+
+  it('answers 503 + Retry-After (never 200, no handler runs) and GET /health answers 503', async () => {
+    const before = paymentIntentSucceeded('evt_before_outage');
+    expect((await deliver(sample.url, ORDERS, before)).status).toBe(200);
+    expect(await db.count('SELECT count(*) FROM orders')).toBe(1);
+
+    await server.stop();
+
+    const deliveries = [
+      [ORDERS, paymentIntentSucceeded('evt_during_outage')],
+      // Done before the outage, yet "done" cannot be checked now: 503, not a replay.
+      [ORDERS, before],
+      [FULFILMENT, checkoutSessionCompleted('evt_fulfil_during_outage')],
+    ] as const;
+    for (const [path, event] of deliveries) {
+      const answer = await deliver(sample.url, path, event);
+      expect({ path, id: event.id, status: answer.status }).toEqual({ path, id: event.id, status: 503 });
+      expect(answer.headers['retry-after']).toBe('30');
+    }
+    expect(api.calls).toHaveLength(0);
+    expect(await healthStatus(sample.url)).toBe(503);
+  });
+});
