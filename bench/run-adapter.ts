@@ -1,0 +1,285 @@
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import pg from 'pg';
+import type { AdapterName, BenchOptions } from './bench-options.js';
+import { keepAliveAgent, postJson } from './load/http-post.js';
+import { runLoad, type LoadResult } from './load/load-run.js';
+import { round, spread } from './load/percentiles.js';
+import { runStorm } from './load/storm.js';
+import { eventIds, stripeEventBody } from './load/stripe-event.js';
+import { attributeCpu } from './report/cpu-attribution.js';
+import type { AdapterResult, CellResult, RatioRep, RatioResult, Trace } from './report/bench-result.js';
+import { createBenchDatabase, type BenchPostgres } from './support/bench-postgres.js';
+import { ServerProcess } from './support/server-process.js';
+import { StatementStats } from './support/statement-stats.js';
+import { PAIRS, VARIANTS, WORKLOADS, type Variant, type Workload } from './variants.js';
+
+/** Where a run writes its files, and the tag that names them. */
+export interface RunTarget {
+  resultsDir: string;
+  stamp: string;
+  /** Unique per run: keeps event ids of different runs on one database apart. */
+  runTag: string;
+}
+
+const began = performance.now();
+const log = (message: string) =>
+  console.log(`[bench ${((performance.now() - began) / 1000).toFixed(1).padStart(5)} s] ${message}`);
+
+/** Every measurement of issue 5 on one adapter, against a fresh database and a fresh server. */
+export async function runAdapter(
+  adapter: AdapterName,
+  options: BenchOptions,
+  postgres: BenchPostgres,
+  target: RunTarget,
+): Promise<AdapterResult> {
+  const startedAt = new Date().toISOString();
+  const database = await createBenchDatabase(postgres.adminUrl);
+  const server = await ServerProcess.start({
+    adapter,
+    databaseUrl: database.url,
+    poolSize: options.poolSize,
+    duplicateWaitMs: options.duplicateWaitMs,
+  });
+  const statements = postgres.statementStats
+    ? await StatementStats.open(postgres.adminUrl, database.name)
+    : undefined;
+  const checker = new pg.Client({ connectionString: database.url });
+  await checker.connect();
+  let cellNumber = 0;
+  const nextCell = () => eventIds(target.runTag, (cellNumber++).toString(36).padStart(3, '0'));
+  const load = (variant: Variant, workload: Workload, durationS: number, ids = nextCell()) =>
+    runLoad({
+      url: server.url,
+      variant,
+      workload,
+      durationS,
+      connections: options.connections,
+      nextId: ids.next,
+    });
+
+  try {
+    log(`${adapter}: server at ${server.url}, warming up`);
+    for (const variant of VARIANTS) await load(variant, 'unique', options.warmS);
+
+    const traces = await traceAll(server, nextCell().next);
+
+    const cells: CellResult[] = [];
+    for (const workload of WORKLOADS) {
+      for (const variant of VARIANTS) {
+        if (options.mode === 'full') await load(variant, workload, options.warmS);
+        const ids = nextCell();
+        await server.reset();
+        await statements?.reset();
+        const result = await load(variant, workload, options.cellS, ids);
+        cells.push(await measureCell(variant, workload, result, ids.prefix, server, statements, checker));
+        log(`${adapter} ${workload.padEnd(6)} ${variant.padEnd(12)} ${describe(cells.at(-1)!)}`);
+      }
+    }
+
+    const ratios = await interleavedRatios(options, load, adapter);
+    const storm = [];
+    for (const variant of options.storm.variants) {
+      const ids = nextCell();
+      const result = await runStorm({
+        url: server.url,
+        databaseUrl: database.url,
+        variant,
+        ...options.storm,
+        nextId: ids.next,
+        probe: async () => {
+          const { rows } = await checker.query(
+            `SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = $1 AND wait_event_type = 'Lock'`,
+            [database.name],
+          );
+          const { pool } = await server.stats();
+          return { lockWaiters: rows[0].n, poolWaiting: pool.waiting, poolTotal: pool.total };
+        },
+      });
+      storm.push(result);
+      log(
+        `${adapter} storm ${variant}: unrelated p99 ${result.unrelatedCalm.p99} ms calm, ` +
+          `${result.unrelatedStorm.p99} ms storm; duplicates ${JSON.stringify(result.duplicates.answers)}`,
+      );
+    }
+
+    const cpu = options.profileS > 0 ? await profile(options, server, load, adapter, target) : null;
+    return {
+      adapter,
+      startedAt,
+      finishedAt: new Date().toISOString(),
+      traces,
+      happyPath: {
+        'lib-tx vs raw-tx': extraRoundTrips(traces['lib-tx'].first, traces['raw-tx'].first),
+        'lib-external vs raw-lease': extraRoundTrips(traces['lib-external'].first, traces['raw-lease'].first),
+      },
+      cells,
+      ratios,
+      storm,
+      cpu,
+      serverLog: { lines: server.log.count, tail: server.log.lines },
+    };
+  } finally {
+    await checker.end();
+    await statements?.close();
+    await server.stop();
+  }
+}
+
+/** One new event and then a duplicate of it, through each variant, every statement recorded. */
+async function traceAll(server: ServerProcess, nextId: () => string) {
+  const agent = keepAliveAgent(1);
+  const traces = {} as Record<Variant, { first: Trace; duplicate: Trace }>;
+  for (const variant of VARIANTS) {
+    const body = stripeEventBody(nextId(), 1);
+    const send = async (): Promise<Trace> => {
+      const { result, queries } = await server.trace(() => postJson(agent, server.url, `/${variant}`, body));
+      return { status: result.status, queries };
+    };
+    traces[variant] = { first: await send(), duplicate: await send() };
+  }
+  agent.destroy();
+  return traces;
+}
+
+function extraRoundTrips(lib: Trace, raw: Trace) {
+  return { lib: lib.queries.length, raw: raw.queries.length, extra: lib.queries.length - raw.queries.length };
+}
+
+async function measureCell(
+  variant: Variant,
+  workload: Workload,
+  load: LoadResult,
+  prefix: string,
+  server: ServerProcess,
+  statements: StatementStats | undefined,
+  checker: pg.Client,
+): Promise<CellResult> {
+  const stats = await server.settledStats();
+  const executed = await statements?.read();
+  // Per delivery received: the handlers of requests autocannon dropped at its deadline still ran.
+  const events = Math.max(stats.requests, 1);
+  const perEvent = (value: number) => round(value / events, 3);
+  const { rows } = await checker.query(
+    `SELECT count(*)::int AS rows, count(DISTINCT event_id)::int AS distinct FROM orders WHERE event_id LIKE $1`,
+    [`${prefix}%`],
+  );
+  const { rows: orderRows, distinct } = rows[0];
+  // Every event answered 2xx must have its order row: a 200 for work that never happened is the hole.
+  const { rows: missing } = await checker.query(
+    `SELECT count(*)::int AS n FROM unnest($1::text[]) AS answered(id)
+     WHERE NOT EXISTS (SELECT 1 FROM orders WHERE event_id = answered.id)`,
+    [load.answeredIds],
+  );
+  const { answeredIds, ...loadSummary } = load;
+  return {
+    variant,
+    workload,
+    load: loadSummary,
+    server: {
+      received: stats.requests,
+      answered: stats.answered,
+      statuses: stats.statuses,
+      cpuUsPerEvent: round((stats.cpuUserUs + stats.cpuSystemUs) / events, 1),
+      queries: stats.queries,
+      statementsPerEvent: perEvent(stats.queries.statements),
+      roundTripsPerEvent: perEvent(stats.queries.queries),
+      wireRoundTripsPerEvent: perEvent(stats.queries.readyForQuery),
+    },
+    database: executed
+      ? {
+          calls: executed.calls,
+          execMs: round(executed.execMs),
+          statementsPerEvent: perEvent(executed.calls),
+          execUsPerEvent: round((executed.execMs * 1000) / events, 1),
+          statements: executed.statements.slice(0, 8),
+        }
+      : null,
+    effect: {
+      orderRows,
+      distinctOrders: distinct,
+      answeredIds: answeredIds.length,
+      double: orderRows - distinct,
+      missing: missing[0].n,
+    },
+  };
+}
+
+/**
+ * Each pair's sides alternate (lib raw, raw lib, ...) for `reps` repetitions, so drift on a shared
+ * machine falls on both; the ratio is taken within each repetition.
+ */
+async function interleavedRatios(
+  options: BenchOptions,
+  load: (variant: Variant, workload: Workload, durationS: number) => Promise<LoadResult>,
+  adapter: string,
+): Promise<Record<string, RatioResult>> {
+  const reps: Record<string, RatioRep[]> = Object.fromEntries(PAIRS.map((pair) => [pair.name, []]));
+  for (let rep = 0; rep < options.reps; rep++) {
+    for (const pair of PAIRS) {
+      const order: Variant[] = rep % 2 === 0 ? [pair.raw, pair.lib] : [pair.lib, pair.raw];
+      const runs: Partial<Record<Variant, LoadResult>> = {};
+      for (const variant of order) runs[variant] = await load(variant, 'unique', options.ratioS);
+      const lib = runs[pair.lib]!;
+      const raw = runs[pair.raw]!;
+      reps[pair.name].push({
+        first: order[0],
+        libEventsPerSecond: lib.eventsPerSecond,
+        rawEventsPerSecond: raw.eventsPerSecond,
+        ratio: lib.eventsPerSecond / raw.eventsPerSecond,
+        libP50Ms: lib.latencyMs.p50,
+        rawP50Ms: raw.latencyMs.p50,
+      });
+    }
+    log(
+      `${adapter} ratios rep ${rep + 1}/${options.reps}: ` +
+        PAIRS.map((pair) => `${pair.name} ${reps[pair.name].at(-1)!.ratio.toFixed(3)}`).join(', '),
+    );
+  }
+  return Object.fromEntries(
+    PAIRS.map((pair) => [
+      pair.name,
+      {
+        ...spread(reps[pair.name].map((rep) => rep.ratio)),
+        reps: reps[pair.name].map((rep) => ({ ...rep, ratio: round(rep.ratio, 3) })),
+      },
+    ]),
+  );
+}
+
+/** CPU profiles of raw-tx and lib-tx under the same load, after a warm-up, attributed by code location. */
+async function profile(
+  options: BenchOptions,
+  server: ServerProcess,
+  load: (variant: Variant, workload: Workload, durationS: number) => Promise<LoadResult>,
+  adapter: string,
+  target: RunTarget,
+) {
+  const cpu: NonNullable<AdapterResult['cpu']> = { profiles: {} };
+  for (const variant of ['raw-tx', 'lib-tx'] as const) {
+    await load(variant, 'unique', options.warmS);
+    const path = join(target.resultsDir, `${target.stamp}-${adapter}-${variant}.cpuprofile`);
+    await server.startProfile();
+    await server.reset();
+    await load(variant, 'unique', options.profileS);
+    const stats = await server.settledStats();
+    await server.stopProfile(path);
+    cpu.profiles[variant] = path;
+    cpu[variant] = attributeCpu(JSON.parse(await readFile(path, 'utf8')), stats.requests);
+    log(
+      `${adapter} profile ${variant}: ${cpu[variant]!.cpuUsPerEvent} µs CPU/event, library ` +
+        `${cpu[variant]!.libraryUsPerEvent} µs (${(cpu[variant]!.libraryShare * 100).toFixed(1)}%)`,
+    );
+  }
+  return cpu;
+}
+
+function describe(cell: CellResult): string {
+  const { load, server, database, effect } = cell;
+  return (
+    `${String(load.eventsPerSecond).padStart(5)} ev/s  p50 ${load.latencyMs.p50} p99 ${load.latencyMs.p99} ms  ` +
+    `stmts/ev ${server.statementsPerEvent} rt/ev ${server.roundTripsPerEvent}` +
+    (database ? ` db ${database.statementsPerEvent}` : '') +
+    `  non2xx ${load.non2xx} err ${load.errors}  double ${effect.double} missing ${effect.missing}`
+  );
+}

@@ -1,0 +1,85 @@
+import { randomBytes } from 'node:crypto';
+import { cpus, loadavg } from 'node:os';
+import { mkdir, readFile, writeFile } from 'node:fs/promises';
+import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
+import * as prettier from 'prettier';
+import { parseBenchOptions } from './bench-options.js';
+import { summarize, type AdapterResult, type BenchRun } from './report/bench-result.js';
+import { renderMarkdown, renderReadmeSummary } from './report/markdown.js';
+import { runAdapter } from './run-adapter.js';
+import { startBenchPostgres } from './support/bench-postgres.js';
+
+/**
+ * `npm run bench`: starts PostgreSQL, then per adapter a bench server in its own process, and
+ * loads it from this process. Writes bench/results/<date>-<adapters>[-quick].{md,json}; a full
+ * run also writes bench/results/latest.json and the latest table into bench/README.md.
+ */
+const BENCH_DIR = fileURLToPath(new URL('../../bench/', import.meta.url));
+const RESULTS_DIR = join(BENCH_DIR, 'results');
+const README = join(BENCH_DIR, 'README.md');
+const LATEST_START = '<!-- latest:start -->';
+const LATEST_END = '<!-- latest:end -->';
+
+const options = parseBenchOptions(process.argv.slice(2));
+const began = Date.now();
+const stamp = new Date()
+  .toISOString()
+  .slice(0, 16)
+  .replace(/[:T]/g, (c) => (c === 'T' ? '-' : ''));
+const name = `${stamp}-${options.adapters.join('-')}${options.mode === 'quick' ? '-quick' : ''}`;
+await mkdir(RESULTS_DIR, { recursive: true });
+
+const postgres = await startBenchPostgres();
+const adapters: AdapterResult[] = [];
+try {
+  const environment = {
+    node: process.version,
+    cpu: `${cpus().length}× ${cpus()[0]?.model.trim() ?? 'unknown'}`,
+    'load average at start': loadavg()[0].toFixed(2),
+    database: postgres.description,
+    pg_stat_statements: postgres.statementStats ? 'on' : 'off',
+  };
+  for (const adapter of options.adapters) {
+    const target = { resultsDir: RESULTS_DIR, stamp, runTag: randomBytes(3).toString('hex') };
+    adapters.push(await runAdapter(adapter, options, postgres, target));
+  }
+  const run: BenchRun = { mode: options.mode, options, environment, adapters };
+  const markdown = renderMarkdown(run);
+  await writeFile(join(RESULTS_DIR, `${name}.json`), `${JSON.stringify(run, null, 2)}\n`);
+  await writeFile(join(RESULTS_DIR, `${name}.md`), markdown);
+  const summaries = adapters.map(summarize);
+  if (options.mode === 'full') {
+    const latest = {
+      generatedAt: new Date().toISOString(),
+      file: `bench/results/${name}.json`,
+      ...summaries[0],
+      adapters: Object.fromEntries(summaries.map((summary) => [summary.adapter, summary])),
+    };
+    await writeFile(join(RESULTS_DIR, 'latest.json'), `${JSON.stringify(latest, null, 2)}\n`);
+    await writeLatestIntoReadme(renderReadmeSummary(run, `results/${name}.md`));
+  }
+  console.log(
+    `[bench] wrote bench/results/${name}.{md,json}${options.mode === 'full' ? ' and latest.json' : ''}`,
+  );
+  for (const summary of summaries) {
+    console.log(
+      `[bench] ${summary.adapter}: ${JSON.stringify({ ratios: summary.ratios, storm: summary.storm })}`,
+    );
+  }
+  console.log(`[bench] done in ${((Date.now() - began) / 1000).toFixed(1)} s`);
+} finally {
+  await postgres.stop();
+}
+
+/** Replaces the tables between the markers in bench/README.md. */
+async function writeLatestIntoReadme(summary: string): Promise<void> {
+  const readme = await readFile(README, 'utf8').catch(() => '');
+  const start = readme.indexOf(LATEST_START);
+  const end = readme.indexOf(LATEST_END);
+  if (start < 0 || end < start) return;
+  const updated = `${readme.slice(0, start + LATEST_START.length)}\n\n${summary}\n\n${readme.slice(end)}`;
+  // The README is checked by `prettier --check` in CI; the generated tables must pass it.
+  const config = (await prettier.resolveConfig(README)) ?? {};
+  await writeFile(README, await prettier.format(updated, { ...config, filepath: README }));
+}

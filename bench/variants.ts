@@ -1,0 +1,37 @@
+/** The six ways of handling the same webhook, measured side by side. */
+export const VARIANTS = ['none', 'raw-naive', 'raw-tx', 'lib-tx', 'raw-lease', 'lib-external'] as const;
+
+/** One way of handling the webhook; it is also the route the bench server serves it on. */
+export type Variant = (typeof VARIANTS)[number];
+
+/** What each variant's handler does, for the tables. */
+export const VARIANT_DESCRIPTIONS: Record<Variant, string> = {
+  none: 'the order insert only, no dedupe (the floor)',
+  'raw-naive': "the seed's snippet: claim autocommitted, then the insert (the hole, for reference)",
+  'raw-tx': 'hand-written fix one: BEGIN, claim, insert, COMMIT on a pg client',
+  'lib-tx': '`@IdempotentWebhook` transaction mode doing the same insert',
+  'raw-lease': 'hand-written fix two: lease upsert, insert, mark done',
+  'lib-external': '`@IdempotentWebhook({ external: true })` doing the same insert',
+};
+
+/** The headline comparisons: the library against the hand-written SQL it replaces. */
+export const PAIRS = [
+  { name: 'lib-tx/raw-tx', lib: 'lib-tx', raw: 'raw-tx' },
+  { name: 'lib-external/raw-lease', lib: 'lib-external', raw: 'raw-lease' },
+] as const satisfies readonly { name: string; lib: Variant; raw: Variant }[];
+
+/** Workloads: every key new, or 30% of deliveries repeating a key already answered. */
+export const WORKLOADS = ['unique', 'dup30'] as const;
+export type Workload = (typeof WORKLOADS)[number];
+
+/** Share of repeated keys in the `dup30` workload. */
+export const DUPLICATE_SHARE = 0.3;
+
+/** Claim scope of each variant that claims (the library's is set on its decorators). */
+export const SCOPES: Record<Exclude<Variant, 'none'>, string> = {
+  'raw-naive': 'bench:raw-naive',
+  'raw-tx': 'bench:raw-tx',
+  'lib-tx': 'bench:lib-tx',
+  'raw-lease': 'bench:raw-lease',
+  'lib-external': 'bench:lib-external',
+};
