@@ -47,11 +47,14 @@ describe('resolveIdempotencyConfig', () => {
   ] as const;
 
   describe.each(positive)('%s', (name) => {
-    it.each([0, -1, Number.NaN, 'abc' as unknown as number, '10' as unknown as number])('rejects %p, naming the option', (value) => {
-      expect(() => resolveIdempotencyConfig({ [name]: value })).toThrow(
-        `IdempotencyModule option ${name} must be a positive number, got ${String(value)}`,
-      );
-    });
+    it.each([0, -1, Number.NaN, 'abc' as unknown as number, '10' as unknown as number])(
+      'rejects %p, naming the option',
+      (value) => {
+        expect(() => resolveIdempotencyConfig({ [name]: value })).toThrow(
+          `IdempotencyModule option ${name} must be a positive number, got ${String(value)}`,
+        );
+      },
+    );
   });
 
   it.each([-1, Number.NaN, '10' as unknown as number])('rejects concurrentDuplicateWaitMs %p', (value) => {
