@@ -29,6 +29,8 @@ const SLOW_WARNING_EVERY_MS = 60_000;
 export class TransactionClaim {
   private readonly logger = new Logger('IdempotencyModule');
   private readonly lastSlowWarning = new Map<string, number>();
+  /** Deliveries of this process that are claiming or running, by (scope, key); settle when done. */
+  private readonly inFlight = new Map<string, Promise<unknown>>();
 
   constructor(
     @Inject(IDEMPOTENCY_DATA_SOURCE) private readonly dataSource: DataSource,
@@ -37,6 +39,29 @@ export class TransactionClaim {
   ) {}
 
   async run<T>(
+    meta: IdempotentWebhookMetadata,
+    key: string,
+    handler: (manager: EntityManager) => Promise<T>,
+  ): Promise<ClaimResult<T>> {
+    const id = `${meta.scope}\u0000${key}`;
+    const first = this.inFlight.get(id);
+    // A duplicate of a delivery this process is already running waits for it here, holding no
+    // pool connection: a storm of duplicates then cannot starve unrelated events. Duplicates
+    // arriving at other replicas still wait in Postgres, bounded by lock_timeout.
+    if (first && !(await settlesWithin(first, this.config.concurrentDuplicateWaitMs))) {
+      this.metrics.count('in_flight', meta.scope, key);
+      return { kind: 'in_flight', retryAfterSeconds: this.config.retryAfterSeconds };
+    }
+    const run = this.claimAndRun(meta, key, handler);
+    if (!this.inFlight.has(id)) {
+      this.inFlight.set(id, run);
+      const forget = () => this.inFlight.delete(id);
+      run.then(forget, forget);
+    }
+    return run;
+  }
+
+  private async claimAndRun<T>(
     meta: IdempotentWebhookMetadata,
     key: string,
     handler: (manager: EntityManager) => Promise<T>,
@@ -137,5 +162,20 @@ export class TransactionClaim {
     if (now - (this.lastSlowWarning.get(scope) ?? -Infinity) < SLOW_WARNING_EVERY_MS) return;
     this.lastSlowWarning.set(scope, now);
     this.logger.warn(slowTransaction(scope, Math.round(elapsedMs), this.config.slowTransactionWarnMs));
+  }
+}
+
+/** Resolves true once `promise` settles (either way), false if `ms` passes first. */
+async function settlesWithin(promise: Promise<unknown>, ms: number): Promise<boolean> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const timeout = new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), ms)));
+  const settled = promise.then(
+    () => true as const,
+    () => true as const,
+  );
+  try {
+    return await Promise.race([settled, timeout]);
+  } finally {
+    clearTimeout(timer);
   }
 }

@@ -20,6 +20,9 @@ describe.each(ADAPTERS)('bounded wait for concurrent duplicates (%s)', (adapter)
   let db: TestDatabase;
   let short: RunningApp;
   let long: RunningApp;
+  /** Second replicas on the same database: their duplicates wait in Postgres, not in process. */
+  let replica: RunningApp;
+  let shortReplica: RunningApp;
 
   beforeAll(async () => {
     db = await createTestDatabase();
@@ -37,11 +40,27 @@ describe.each(ADAPTERS)('bounded wait for concurrent duplicates (%s)', (adapter)
         idempotency: { concurrentDuplicateWaitMs: LONG_WAIT_MS },
       }),
     ]);
+    replica = await startApp(adapter, [
+      WebhookFixtureModule.forDatabase({
+        databaseUrl: db.url,
+        poolSize: POOL_SIZE,
+        idempotency: { concurrentDuplicateWaitMs: LONG_WAIT_MS },
+      }),
+    ]);
+    shortReplica = await startApp(adapter, [
+      WebhookFixtureModule.forDatabase({
+        databaseUrl: db.url,
+        poolSize: POOL_SIZE,
+        idempotency: { concurrentDuplicateWaitMs: SHORT_WAIT_MS },
+      }),
+    ]);
   });
 
   afterAll(async () => {
+    await shortReplica?.close();
     await short?.close();
     await long?.close();
+    await replica?.close();
     await db?.drop();
   });
 
@@ -92,14 +111,65 @@ describe.each(ADAPTERS)('bounded wait for concurrent duplicates (%s)', (adapter)
     expect(await orders(id)).toBe(1);
   });
 
+  it('also bounds duplicates that arrive at another replica, which wait in Postgres', async () => {
+    const id = `evt_replica_held_${adapter}`;
+    const gates = short.app.get(Gates);
+    const held = deliver(short, { id, block: true });
+    await gates.entered(id);
+    const answers = await Promise.all(Array.from({ length: 12 }, () => deliver(shortReplica, { id })));
+    for (const answer of answers) {
+      expect(answer.status).toBe(409);
+      expect(answer.headers['retry-after']).toMatch(/^[1-9]\d*$/);
+    }
+    expect(await claims(id)).toBe(0);
+    gates.open(id);
+    expect((await held).status).toBe(200);
+    expect(await orders(id)).toBe(1);
+  });
+
+  it('keeps same-process duplicates off the pool: more duplicates than connections leave room for unrelated events', async () => {
+    const id = `evt_single_flight_${adapter}`;
+    const gates = long.app.get(Gates);
+    const held = deliver(long, { id, block: true });
+    await gates.entered(id);
+
+    // Three times the pool, each allowed to wait 30 s: waiting in Postgres they would hold every
+    // connection until the held delivery ends, and the unrelated events below could not finish.
+    const duplicates = Array.from({ length: POOL_SIZE * 3 }, () => deliver(long, { id }));
+    const server = long.app.getHttpServer() as {
+      getConnections(cb: (error: unknown, n: number) => void): void;
+    };
+    const connections = () => new Promise<number>((done) => server.getConnections((_error, n) => done(n)));
+    await waitUntil(
+      async () => (await connections()) >= POOL_SIZE * 3 + 1,
+      'every duplicate to reach the app',
+    );
+
+    const unrelatedIds = Array.from({ length: 3 }, (_, n) => `evt_beside_storm_${adapter}_${n}`);
+    const unrelated = await Promise.all(unrelatedIds.map((other) => deliver(long, { id: other })));
+    expect(unrelated.map((answer) => answer.status)).toEqual([200, 200, 200]);
+    for (const other of unrelatedIds) expect(await orders(other)).toBe(1);
+    expect(await orders(id)).toBe(0); // still parked: the unrelated events did not wait for it
+
+    gates.open(id);
+    expect((await held).status).toBe(200);
+    for (const answer of await Promise.all(duplicates)) {
+      expect(answer.status).toBe(200);
+      expect(answer.headers['idempotent-replayed']).toBe('true');
+    }
+    expect(await orders(id)).toBe(1);
+    expect(await claims(id)).toBe(1);
+  });
+
   it('answers duplicates 200 replayed when the first delivery commits within the bound', async () => {
     const id = `evt_commits_${adapter}`;
     const gates = long.app.get(Gates);
     const held = deliver(long, { id, block: true });
     await gates.entered(id);
 
-    const duplicates = Array.from({ length: 5 }, () => deliver(long, { id }));
-    await waitUntil(async () => (await lockWaiters(db)) === 5, '5 duplicates to wait on the claim');
+    const duplicates = Array.from({ length: 5 }, () => deliver(replica, { id }));
+    // The replica sends one of them to Postgres; the other four wait on that one in process.
+    await waitUntil(async () => (await lockWaiters(db)) === 1, 'the replica to wait on the claim');
     gates.open(id);
 
     const first = await held;
@@ -119,7 +189,7 @@ describe.each(ADAPTERS)('bounded wait for concurrent duplicates (%s)', (adapter)
     const held = deliver(long, { id, block: true, fail: true });
     await gates.entered(id);
 
-    const duplicate = deliver(long, { id });
+    const duplicate = deliver(replica, { id });
     await waitUntil(async () => (await lockWaiters(db)) === 1, 'the duplicate to wait on the claim');
     gates.open(id);
 
