@@ -38,6 +38,12 @@ export function resolveIdempotencyConfig(options: IdempotencyModuleOptions = {})
       `IdempotencyModule option concurrentDuplicateWaitMs must be zero or more, got ${String(config.concurrentDuplicateWaitMs)}`,
     );
   }
+  if (!Number.isInteger(config.retryAfterSeconds)) {
+    // Retry-After takes whole seconds (RFC 9110); 0.5 would be an invalid header.
+    throw new Error(
+      `IdempotencyModule option retryAfterSeconds must be a whole number, got ${config.retryAfterSeconds}`,
+    );
+  }
   if (config.inFlightStatus !== 409 && config.inFlightStatus !== 503) {
     throw new Error(
       `IdempotencyModule option inFlightStatus must be 409 or 503, got ${String(config.inFlightStatus)}`,

@@ -63,6 +63,12 @@ describe('resolveIdempotencyConfig', () => {
     );
   });
 
+  it('rejects a retryAfterSeconds that is not a whole number of seconds', () => {
+    expect(() => resolveIdempotencyConfig({ retryAfterSeconds: 0.5 })).toThrow(
+      'IdempotencyModule option retryAfterSeconds must be a whole number, got 0.5',
+    );
+  });
+
   it.each([418, 200, 500])('rejects inFlightStatus %p', (value) => {
     expect(() => resolveIdempotencyConfig({ inFlightStatus: value as 409 })).toThrow(
       `IdempotencyModule option inFlightStatus must be 409 or 503, got ${value}`,
