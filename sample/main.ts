@@ -1,6 +1,6 @@
 /**
  * The Stripe sample: `npm run sample`. Starts (or connects to) PostgreSQL, runs the migrations,
- * and serves the webhook endpoints until SIGTERM or Ctrl-C. See sample/README.md.
+ * and serves the webhook endpoints until SIGTERM or Ctrl-C. See the "Sample" section of README.md.
  */
 import 'reflect-metadata';
 import { Logger } from '@nestjs/common';
