@@ -32,6 +32,15 @@ export function testEvent(type: SampleEventType, id = newEventId()): Record<stri
           payment_status: 'paid',
           customer_details: { email: 'jenny.rosen@example.com' },
         };
+  return stripeEvent(id, type, object);
+}
+
+/** The envelope Stripe puts around every event's `data.object`. */
+export function stripeEvent(
+  id: unknown,
+  type: string,
+  object: Record<string, unknown>,
+): Record<string, unknown> {
   return {
     id,
     object: 'event',

@@ -1,5 +1,6 @@
 import Stripe from 'stripe';
 import request from 'supertest';
+import { stripeEvent } from '../../sample/demo/stripe-test-events.js';
 
 /** The signing secret the e2e tests give the sample (STRIPE_WEBHOOK_SECRET). */
 export const SAMPLE_TEST_SECRET = 'whsec_sample_e2e_test_secret';
@@ -11,24 +12,8 @@ export const FULFILMENT = '/webhooks/stripe/fulfilment';
 /** A delivery that hangs fails the test with a clear error instead of a Jest timeout. */
 const ANSWER_DEADLINE_MS = 20_000;
 
-/** A Stripe event as Stripe sends it; only the fields the sample reads carry meaning. */
-export function stripeEvent(
-  id: unknown,
-  type: string,
-  object: Record<string, unknown>,
-): Record<string, unknown> {
-  return {
-    id,
-    object: 'event',
-    api_version: Stripe.API_VERSION,
-    created: Math.floor(Date.now() / 1000),
-    livemode: false,
-    pending_webhooks: 1,
-    request: { id: null, idempotency_key: null },
-    type,
-    data: { object },
-  };
-}
+/** A Stripe event as Stripe sends it, built by the sample's own demo helper. */
+export { stripeEvent };
 
 /** `payment_intent.succeeded` for intent `pi_<id>`. */
 export function paymentIntentSucceeded(id: string, intent: Record<string, unknown> = {}) {
