@@ -21,15 +21,8 @@ describe.each(ADAPTERS)('database outage (%s)', (adapter) => {
   const logger = new LogCapture();
 
   beforeAll(async () => {
-    // A server of its own, since this test stops it. startPostgres() reuses DATABASE_URL when it
-    // is set, which cannot be stopped from here: start the embedded one regardless.
-    const shared = process.env.DATABASE_URL;
-    delete process.env.DATABASE_URL;
-    try {
-      server = await startPostgres();
-    } finally {
-      if (shared !== undefined) process.env.DATABASE_URL = shared;
-    }
+    // A server of its own, since this test stops it.
+    server = await startPostgres({ reuseDatabaseUrl: false });
     db = await createTestDatabase(server.adminUrl);
     running = await startApp(adapter, [
       WebhookFixtureModule.forDatabase({ databaseUrl: db.url, controllers: [CountingController] }),

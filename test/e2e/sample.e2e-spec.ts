@@ -319,14 +319,8 @@ describe('Stripe sample: database unreachable', () => {
   let sample: SampleProcess;
 
   beforeAll(async () => {
-    // A server of its own, since this test stops it (startPostgres() would reuse DATABASE_URL).
-    const shared = process.env.DATABASE_URL;
-    delete process.env.DATABASE_URL;
-    try {
-      server = await startPostgres();
-    } finally {
-      if (shared !== undefined) process.env.DATABASE_URL = shared;
-    }
+    // A server of its own, since this test stops it.
+    server = await startPostgres({ reuseDatabaseUrl: false });
     db = await createTestDatabase(server.adminUrl, { fixtureSchema: false });
     api = await FakeFulfilmentApi.start();
     sample = await startSample({ databaseUrl: db.url, fulfilmentUrl: api.url });

