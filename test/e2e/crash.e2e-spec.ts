@@ -37,17 +37,23 @@ describe.each(ADAPTERS)('crash between claim and commit (%s)', (adapter) => {
     await db?.drop();
   });
 
-  it('rolls the claim back when the process dies, and the redelivery to a new process runs once', async () => {
-    const id = `evt_crash_${adapter}`;
-    const doomed = await start();
-    // The request dies with the child; its outcome is the socket error, not an answer.
-    const lost = request(doomed.url)
+  /**
+   * Sends a delivery that parks inside its transaction. The request dies with the child: its
+   * outcome is the socket error, not an answer.
+   */
+  const parkUntilKilled = (child: ChildApp, id: string) =>
+    request(child.url)
       .post('/orders')
       .send({ id, block: true })
       .then(
         (answer) => answer.status,
         () => 'connection lost',
       );
+
+  it('rolls the claim back when the process dies, and the redelivery to a new process runs once', async () => {
+    const id = `evt_crash_${adapter}`;
+    const doomed = await start();
+    const lost = parkUntilKilled(doomed, id);
     await doomed.entered(id);
     // The claim and the order exist, uncommitted, inside the parked transaction.
     await doomed.kill();
@@ -81,13 +87,7 @@ describe.each(ADAPTERS)('crash between claim and commit (%s)', (adapter) => {
     const doomed = await start();
     // A bound far above the kill's latency: the wait must end with the rollback, not the bound.
     const survivor = await start(30_000);
-    const lost = request(doomed.url)
-      .post('/orders')
-      .send({ id, block: true })
-      .then(
-        (answer) => answer.status,
-        () => 'connection lost',
-      );
+    const lost = parkUntilKilled(doomed, id);
     await doomed.entered(id);
     // Once the redelivery waits on the parked claim's row lock, the kill must hand it the
     // rollback (it claims and runs), not a done claim.

@@ -1,8 +1,6 @@
-import { randomBytes } from 'node:crypto';
 import pg from 'pg';
-import { DataSource } from 'typeorm';
-import { CreateProcessedEvents1764547200000 } from '../../lib/index.js';
 import { FIXTURE_SCHEMA } from '../fixtures/webhook-fixture.module.js';
+import { createMigratedDatabase } from './migrated-database.js';
 
 /** A database made for one test file, with the library's migration applied. */
 export interface TestDatabase {
@@ -18,7 +16,7 @@ function adminUrl(override?: string): string {
   const url = override ?? process.env.TEST_POSTGRES_ADMIN_URL;
   if (!url)
     throw new Error(
-      'TEST_POSTGRES_ADMIN_URL is not set: run the tests through jest (test/support/global-setup.ts)',
+      'TEST_POSTGRES_ADMIN_URL is not set: run the tests through jest (test/support/global-setup.mjs)',
     );
   return url;
 }
@@ -42,30 +40,17 @@ export async function createTestDatabase(
   serverAdminUrl?: string,
   options: TestDatabaseOptions = {},
 ): Promise<TestDatabase> {
-  const name = `idem_${randomBytes(6).toString('hex')}`;
-  const admin = new pg.Client({ connectionString: adminUrl(serverAdminUrl) });
-  await admin.connect();
-  await admin.query(`CREATE DATABASE ${name}`);
-  await admin.end();
-
-  const url = new URL(adminUrl(serverAdminUrl));
-  url.pathname = `/${name}`;
-  const dataSource = new DataSource({
-    type: 'postgres',
-    url: url.toString(),
-    migrations: [CreateProcessedEvents1764547200000],
-  });
-  await dataSource.initialize();
-  await dataSource.runMigrations();
-  if (options.fixtureSchema !== false) await dataSource.query(FIXTURE_SCHEMA);
-  await dataSource.destroy();
-
-  const pool = new pg.Pool({ connectionString: url.toString(), max: 60 });
+  const { url, name } = await createMigratedDatabase(
+    adminUrl(serverAdminUrl),
+    'idem',
+    options.fixtureSchema === false ? undefined : FIXTURE_SCHEMA,
+  );
+  const pool = new pg.Pool({ connectionString: url, max: 60 });
   // An idle client whose server goes away (outage tests stop it) emits 'error' on the pool; with
   // no listener that would crash the Jest worker. The next query reports the failure instead.
   pool.on('error', () => undefined);
   return {
-    url: url.toString(),
+    url,
     name,
     pool,
     async count(sql, parameters = []) {
