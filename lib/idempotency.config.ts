@@ -23,6 +23,7 @@ export function resolveIdempotencyConfig(options: IdempotencyModuleOptions = {})
     ...DEFAULTS,
     reporter: true,
     prometheus: true,
+    preparedStatements: true,
     ...defined,
   } as IdempotencyConfig;
   for (const name of POSITIVE) {

@@ -1,7 +1,10 @@
 /**
  * Every statement the library sends, in one place. Parameters are positional; times come from the
  * database clock (`now()`), never Node's, so replicas with skewed clocks agree on lease expiry.
+ * The statements sent per delivery are named: pg prepares each once per connection, and Postgres
+ * then skips parsing and planning them (see the `preparedStatements` option).
  */
+import type { ClaimStatement } from './claim-statement.js';
 
 /**
  * Transaction mode claim. The CTE bounds how long a concurrent duplicate waits on the first
@@ -10,14 +13,17 @@
  * handler's own statements are not bound by it. Rows commit as `done`: the commit is the completion.
  * $1 scope, $2 key, $3 source, $4 lock_timeout ('5000ms').
  */
-export const TRANSACTION_CLAIM = `
+export const TRANSACTION_CLAIM: ClaimStatement = {
+  name: 'idempotency_transaction_claim',
+  text: `
 WITH bound AS (
   SELECT current_setting('lock_timeout') AS previous, set_config('lock_timeout', $4, true) AS applied
 )
 INSERT INTO processed_events (scope, event_key, source, status, completed_at)
 SELECT $1, $2, $3, 'done', now() FROM bound
 ON CONFLICT (scope, event_key) DO NOTHING
-RETURNING (SELECT set_config('lock_timeout', previous, true) FROM bound) AS lock_timeout`;
+RETURNING (SELECT set_config('lock_timeout', previous, true) FROM bound) AS lock_timeout`,
+};
 
 /**
  * External mode claim: new key → in_progress; expired in_progress or failed → re-claimed with a
@@ -25,7 +31,9 @@ RETURNING (SELECT set_config('lock_timeout', previous, true) FROM bound) AS lock
  * WHERE compares plain columns (EXCLUDED.claimed_at), so the statement also runs on Citus.
  * $1 scope, $2 key, $3 source, $4 lease token, $5 lease ms.
  */
-export const LEASE_CLAIM = `
+export const LEASE_CLAIM: ClaimStatement = {
+  name: 'idempotency_lease_claim',
+  text: `
 INSERT INTO processed_events AS pe
   (scope, event_key, source, status, attempts, lease_token, claimed_at, lease_expires_at)
 VALUES ($1, $2, $3, 'in_progress', 1, $4, now(), now() + $5::double precision * interval '1 millisecond')
@@ -39,34 +47,50 @@ ON CONFLICT (scope, event_key) DO UPDATE SET
   last_error = NULL
 WHERE (pe.status = 'in_progress' AND pe.lease_expires_at <= EXCLUDED.claimed_at)
    OR pe.status = 'failed'
-RETURNING pe.attempts`;
+RETURNING pe.attempts`,
+};
 
 /**
  * Why a lease claim returned no row: done, or a live lease (and how long it has left, in whole
  * seconds, at least 1). $1 scope, $2 key.
  */
-export const CLAIM_STATE = `
+export const CLAIM_STATE: ClaimStatement = {
+  name: 'idempotency_claim_state',
+  text: `
 SELECT status, attempts, lease_expires_at > now() AS live,
        GREATEST(1, CEIL(EXTRACT(EPOCH FROM (lease_expires_at - now()))))::int AS seconds_left
-FROM processed_events WHERE scope = $1 AND event_key = $2`;
+FROM processed_events WHERE scope = $1 AND event_key = $2`,
+};
 
 /** Fenced completion: only the holder of the current token marks the event done. $1 scope, $2 key, $3 token. */
-export const LEASE_COMPLETE = `
+export const LEASE_COMPLETE: ClaimStatement = {
+  name: 'idempotency_lease_complete',
+  text: `
 UPDATE processed_events SET status = 'done', completed_at = now()
-WHERE scope = $1 AND event_key = $2 AND lease_token = $3 AND status = 'in_progress'`;
+WHERE scope = $1 AND event_key = $2 AND lease_token = $3 AND status = 'in_progress'`,
+};
 
 /** Fenced release after a failure: the next delivery re-claims at once. $1 scope, $2 key, $3 token, $4 error. */
-export const LEASE_FAIL = `
+export const LEASE_FAIL: ClaimStatement = {
+  name: 'idempotency_lease_fail',
+  text: `
 UPDATE processed_events SET status = 'failed', last_error = $4
-WHERE scope = $1 AND event_key = $2 AND lease_token = $3 AND status = 'in_progress'`;
+WHERE scope = $1 AND event_key = $2 AND lease_token = $3 AND status = 'in_progress'`,
+};
 
 /** Fenced renewal. $1 scope, $2 key, $3 token, $4 lease ms. */
-export const LEASE_EXTEND = `
+export const LEASE_EXTEND: ClaimStatement = {
+  name: 'idempotency_lease_extend',
+  text: `
 UPDATE processed_events SET lease_expires_at = now() + $4::double precision * interval '1 millisecond'
-WHERE scope = $1 AND event_key = $2 AND lease_token = $3 AND status = 'in_progress'`;
+WHERE scope = $1 AND event_key = $2 AND lease_token = $3 AND status = 'in_progress'`,
+};
 
 /** The current attempt number of a claim, for the lease-lost log. $1 scope, $2 key. */
-export const CURRENT_ATTEMPT = `SELECT attempts FROM processed_events WHERE scope = $1 AND event_key = $2`;
+export const CURRENT_ATTEMPT: ClaimStatement = {
+  name: 'idempotency_current_attempt',
+  text: `SELECT attempts FROM processed_events WHERE scope = $1 AND event_key = $2`,
+};
 
 /**
  * The reporter claims its tick (the database clock divided into `reportEveryMs` slots) in the

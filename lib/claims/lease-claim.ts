@@ -6,6 +6,7 @@ import { claimFailedLog, completionFailed, leaseLost, releaseFailed } from '../i
 import { IdempotencyMetrics } from '../idempotency.metrics.js';
 import type { IdempotencyConfig, IdempotentWebhookMetadata } from '../interfaces/index.js';
 import { ClaimUnavailableError, errorCode, type ClaimResult } from './claim-result.js';
+import { claimQuery, pgPoolOf, type ClaimStatement } from './claim-statement.js';
 import {
   CLAIM_STATE,
   CURRENT_ATTEMPT,
@@ -111,7 +112,7 @@ export class LeaseClaim {
   private async complete(meta: IdempotentWebhookMetadata, key: string, token: string, attempt: number) {
     try {
       if ((await this.update(LEASE_COMPLETE, [meta.scope, key, token])) === 1) return;
-      const [current] = await this.dataSource.query(CURRENT_ATTEMPT, [meta.scope, key]);
+      const [current] = (await this.execute(CURRENT_ATTEMPT, [meta.scope, key])).rows;
       this.metrics.count('lease_lost', meta.scope, key);
       this.logger.error(leaseLost(meta.scope, key, attempt, current?.attempts));
     } catch (error) {
@@ -156,14 +157,19 @@ export class LeaseClaim {
   }
 
   /** Rows affected by a fenced UPDATE. */
-  private async update(sql: string, parameters: unknown[]): Promise<number> {
-    return (await this.execute(sql, parameters)).affected ?? 0;
+  private async update(statement: ClaimStatement, parameters: unknown[]): Promise<number> {
+    return (await this.execute(statement, parameters)).rowCount ?? 0;
   }
 
   /** A claim-path query; infrastructure failures become 503s. */
-  private async query(meta: IdempotentWebhookMetadata, key: string, sql: string, parameters: unknown[]) {
+  private async query(
+    meta: IdempotentWebhookMetadata,
+    key: string,
+    statement: ClaimStatement,
+    parameters: unknown[],
+  ) {
     try {
-      return (await this.execute(sql, parameters)).records as Record<string, any>[];
+      return (await this.execute(statement, parameters)).rows as Record<string, any>[];
     } catch (error) {
       const code = errorCode(error);
       this.logger.error(claimFailedLog(meta.scope, key, code, error));
@@ -171,13 +177,11 @@ export class LeaseClaim {
     }
   }
 
-  /** One autocommitted statement with TypeORM's structured result (records and affected rows). */
-  private async execute(sql: string, parameters: unknown[]) {
-    const runner = this.dataSource.createQueryRunner();
-    try {
-      return await runner.query(sql, parameters, true);
-    } finally {
-      await runner.release();
-    }
+  /**
+   * One autocommitted statement on the DataSource's pg pool, as the hand-written lease would send
+   * it: no QueryRunner, and TypeORM's query() cannot send a prepared statement.
+   */
+  private execute(statement: ClaimStatement, parameters: unknown[]) {
+    return pgPoolOf(this.dataSource).query(claimQuery(statement, parameters, this.config.preparedStatements));
   }
 }

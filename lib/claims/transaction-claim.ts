@@ -1,4 +1,5 @@
 import { Inject, Injectable, Logger } from '@nestjs/common';
+import type { PoolClient } from 'pg';
 import type { DataSource, EntityManager, QueryRunner } from 'typeorm';
 import { IDEMPOTENCY_CONFIG, IDEMPOTENCY_DATA_SOURCE } from '../idempotency.constants.js';
 import { claimFailedLog, slowTransaction } from '../idempotency.messages.js';
@@ -11,6 +12,7 @@ import {
   RETRYABLE_CODES,
   type ClaimResult,
 } from './claim-result.js';
+import { claimQuery } from './claim-statement.js';
 import { TRANSACTION_CLAIM } from './claim.sql.js';
 
 /** How often a serialization failure or deadlock on the claim is retried from scratch. */
@@ -31,12 +33,16 @@ export class TransactionClaim {
   private readonly lastSlowWarning = new Map<string, number>();
   /** Deliveries of this process that are claiming or running, by (scope, key); settle when done. */
   private readonly inFlight = new Map<string, Promise<unknown>>();
+  /** lock_timeout of the claim; 0 would mean "wait forever", so 1 ms is the shortest real bound. */
+  private readonly lockTimeout: string;
 
   constructor(
     @Inject(IDEMPOTENCY_DATA_SOURCE) private readonly dataSource: DataSource,
     @Inject(IDEMPOTENCY_CONFIG) private readonly config: IdempotencyConfig,
     private readonly metrics: IdempotencyMetrics,
-  ) {}
+  ) {
+    this.lockTimeout = `${Math.max(1, Math.ceil(config.concurrentDuplicateWaitMs))}ms`;
+  }
 
   async run<T>(
     meta: IdempotentWebhookMetadata,
@@ -100,12 +106,14 @@ export class TransactionClaim {
     key: string,
   ): Promise<boolean | 'in_flight'> {
     try {
-      await runner.connect();
       await runner.startTransaction();
-      // lock_timeout 0 would mean "wait forever"; 1 ms is the shortest real bound.
-      const lockTimeout = `${Math.max(1, Math.ceil(this.config.concurrentDuplicateWaitMs))}ms`;
-      const result = await runner.query(TRANSACTION_CLAIM, [meta.scope, key, meta.source, lockTimeout], true);
-      return result.records.length === 1;
+      // Straight to the runner's pg client: TypeORM's query() cannot send a prepared statement.
+      const client = (await runner.connect()) as PoolClient;
+      const values = [meta.scope, key, meta.source, this.lockTimeout];
+      const result = await client.query(
+        claimQuery(TRANSACTION_CLAIM, values, this.config.preparedStatements),
+      );
+      return result.rowCount === 1;
     } catch (error) {
       await this.rollbackQuietly(runner);
       const code = errorCode(error);

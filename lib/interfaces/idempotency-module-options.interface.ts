@@ -90,6 +90,16 @@ export interface IdempotencyModuleOptions {
    * @default true (used only when prom-client is installed)
    */
   prometheus?: boolean | { registers: unknown[] };
+  /**
+   * Send the statements of every delivery (the claims, the lease's state read and its fenced
+   * updates) as named prepared statements: pg prepares each once per connection, and Postgres
+   * skips parsing and planning it on every later delivery. Set `false` behind a pooler in
+   * transaction mode that does not track prepared statements (PgBouncer before 1.21, or with
+   * `max_prepared_statements = 0`): there a named statement can land on a server connection that
+   * never prepared it, and the claim fails with 503.
+   * @default true
+   */
+  preparedStatements?: boolean;
 }
 
 /** Extras of forRoot/forRootAsync: they shape the module, so they stay outside `useFactory`. */
