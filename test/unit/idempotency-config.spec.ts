@@ -4,7 +4,12 @@ import { DEFAULTS } from '../../lib/idempotency.constants.js';
 
 describe('resolveIdempotencyConfig', () => {
   it('fills every default when no options are given', () => {
-    expect(resolveIdempotencyConfig()).toEqual({ ...DEFAULTS, reporter: true, prometheus: true, preparedStatements: true });
+    expect(resolveIdempotencyConfig()).toEqual({
+      ...DEFAULTS,
+      reporter: true,
+      prometheus: true,
+      preparedStatements: true,
+    });
     expect(resolveIdempotencyConfig({})).toEqual(resolveIdempotencyConfig());
   });
 
