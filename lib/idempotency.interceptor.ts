@@ -20,6 +20,7 @@ import {
   duplicateInFlight,
   keyEmpty,
   keyExtractorThrew,
+  keyHasNul,
   keyNotString,
   keyTooLong,
 } from './idempotency.messages.js';
@@ -56,36 +57,40 @@ export class IdempotencyInterceptor implements NestInterceptor {
     const http = context.switchToHttp();
     const request = http.getRequest();
     const response = http.getResponse();
-    return defer(async () => {
-      const key = this.keyOf(meta, request);
-      try {
-        return this.answer(await this.process(meta, key, next), key, response);
-      } catch (error) {
-        if (!(error instanceof ClaimUnavailableError)) throw error;
-        this.setHeader(response, 'Retry-After', String(this.config.retryAfterSeconds));
-        throw new ServiceUnavailableException(databaseUnavailable(key));
-      }
-    });
+    return defer(() => this.deliver(meta, request, response, next));
   }
 
-  private async process(meta: IdempotentWebhookMetadata, key: string, next: CallHandler) {
+  private async deliver(
+    meta: IdempotentWebhookMetadata,
+    request: { body?: unknown },
+    response: unknown,
+    next: CallHandler,
+  ): Promise<unknown> {
+    const key = this.keyOf(meta, request);
     const store = { key, scope: meta.scope, source: meta.source, external: meta.external };
     // next.handle() is cold: subscribing inside the context makes the store visible to the
     // handler and to every service it awaits.
     const handle = (full: IdempotencyStore) =>
       runInIdempotencyContext(full, () => lastValueFrom(next.handle(), { defaultValue: undefined }));
-    if (!meta.external) {
-      return this.transactionClaim.run(meta, key, (manager) => handle({ ...store, manager }));
+    let result: ClaimResult<unknown>;
+    try {
+      result = meta.external
+        ? await this.leaseClaim.run(meta, key, (lease) =>
+            handle({
+              ...store,
+              manager: lease.manager,
+              leaseToken: lease.token,
+              attempt: lease.attempt,
+              extendLease: lease.extend,
+            }),
+          )
+        : await this.transactionClaim.run(meta, key, (manager) => handle({ ...store, manager }));
+    } catch (error) {
+      if (!(error instanceof ClaimUnavailableError)) throw error;
+      this.setHeader(response, 'Retry-After', String(this.config.retryAfterSeconds));
+      throw new ServiceUnavailableException(databaseUnavailable(key));
     }
-    return this.leaseClaim.run(meta, key, (lease) =>
-      handle({
-        ...store,
-        manager: lease.manager,
-        leaseToken: lease.token,
-        attempt: lease.attempt,
-        extendLease: lease.extend,
-      }),
-    );
+    return this.answer(result, key, response);
   }
 
   private answer(result: ClaimResult<unknown>, key: string, response: unknown): unknown {
@@ -119,6 +124,8 @@ export class IdempotencyInterceptor implements NestInterceptor {
     if (key.length > this.config.maxKeyLength) {
       throw new BadRequestException(keyTooLong(meta.scope, key.length, this.config.maxKeyLength));
     }
+    // Postgres would refuse it on insert, and a refused claim is a 503 the sender retries forever.
+    if (key.includes('\u0000')) throw new BadRequestException(keyHasNul(meta.scope));
     return key;
   }
 }

@@ -8,6 +8,9 @@ export const keyNotString = (scope: string, value: unknown) =>
 
 export const keyEmpty = (scope: string) => `Idempotency key of ${scope} is empty`;
 
+export const keyHasNul = (scope: string) =>
+  `Idempotency key of ${scope} contains a NUL character, which PostgreSQL text cannot store`;
+
 export const keyTooLong = (scope: string, length: number, max: number) =>
   `Idempotency key of ${scope} is ${length} characters long; the maximum is ${max}`;
 

@@ -21,9 +21,18 @@ export interface TracedQuery {
 const counts: QueryCounts = { queries: 0, statements: 0, readyForQuery: 0, connects: 0 };
 let trace: TracedQuery[] | undefined;
 
-/** Statements in one query text; the bench and library SQL has no semicolons inside literals. */
+/**
+ * Statements in one query text: one plus every semicolon with more SQL after it. The bench's and
+ * the library's SQL has no semicolons inside literals. Runs on every query of every variant: a
+ * text without a semicolon costs one indexOf, where a split and filter would allocate for every
+ * query.
+ */
 function statementsIn(text: string): number {
-  return Math.max(1, text.split(';').filter((part) => part.trim().length > 0).length);
+  let statements = 1;
+  for (let at = text.indexOf(';'); at !== -1; at = text.indexOf(';', at + 1)) {
+    if (text.slice(at + 1).trim().length > 0) statements++;
+  }
+  return statements;
 }
 
 /** First line of a statement, whitespace collapsed: enough to recognise it in a trace. */

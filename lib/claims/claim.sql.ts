@@ -26,6 +26,27 @@ RETURNING (SELECT set_config('lock_timeout', previous, true) FROM bound) AS lock
 };
 
 /**
+ * The transaction claim as a SQL-level prepared statement, so that BEGIN and the claim can travel
+ * in one simple-protocol query (`beginAndClaim`). Prepared once per connection.
+ */
+export const PREPARE_TRANSACTION_CLAIM = `PREPARE ${TRANSACTION_CLAIM.name} (text, text, text, text) AS${TRANSACTION_CLAIM.text}`;
+
+/**
+ * BEGIN and the prepared transaction claim (preceded by its PREPARE on a connection that has not
+ * run it) as one simple-protocol query: one round trip. The simple protocol takes no parameters,
+ * so the four values come as literals, already escaped by pg's `escapeLiteral`.
+ */
+export function beginAndClaimSql(
+  literals: readonly string[],
+  prepare: boolean,
+  isolationLevel?: string,
+): string {
+  const begin = isolationLevel ? `BEGIN ISOLATION LEVEL ${isolationLevel}` : 'BEGIN';
+  const execute = `EXECUTE ${TRANSACTION_CLAIM.name} (${literals.join(', ')})`;
+  return prepare ? `${begin}; ${PREPARE_TRANSACTION_CLAIM}; ${execute}` : `${begin}; ${execute}`;
+}
+
+/**
  * External mode claim: new key → in_progress; expired in_progress or failed → re-claimed with a
  * new token and attempts + 1; anything else → no row. Clock functions stay in VALUES and the
  * WHERE compares plain columns (EXCLUDED.claimed_at), so the statement also runs on Citus.

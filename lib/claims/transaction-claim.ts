@@ -1,6 +1,5 @@
 import { Inject, Injectable, Logger } from '@nestjs/common';
-import type { PoolClient } from 'pg';
-import type { DataSource, EntityManager, QueryRunner } from 'typeorm';
+import type { DataSource, EntityManager } from 'typeorm';
 import { IDEMPOTENCY_CONFIG, IDEMPOTENCY_DATA_SOURCE } from '../idempotency.constants.js';
 import { claimFailedLog, slowTransaction } from '../idempotency.messages.js';
 import { IdempotencyMetrics } from '../idempotency.metrics.js';
@@ -12,8 +11,7 @@ import {
   RETRYABLE_CODES,
   type ClaimResult,
 } from './claim-result.js';
-import { claimQuery } from './claim-statement.js';
-import { TRANSACTION_CLAIM } from './claim.sql.js';
+import { ClaimTransaction, type ClaimTransactionOptions } from './claim-transaction.js';
 
 /** How often a serialization failure or deadlock on the claim is retried from scratch. */
 const MAX_TRANSACTION_TRIES = 3;
@@ -44,21 +42,38 @@ export class TransactionClaim {
     this.lockTimeout = `${Math.max(1, Math.ceil(config.concurrentDuplicateWaitMs))}ms`;
   }
 
-  async run<T>(
+  /** Claims `key`, runs `handler` in the claim's transaction and commits both, or neither. */
+  run<T>(
     meta: IdempotentWebhookMetadata,
     key: string,
     handler: (manager: EntityManager) => Promise<T>,
   ): Promise<ClaimResult<T>> {
     const id = `${meta.scope}\u0000${key}`;
     const first = this.inFlight.get(id);
-    // A duplicate of a delivery this process is already running waits for it here, holding no
-    // pool connection: a storm of duplicates then cannot starve unrelated events. Duplicates
-    // arriving at other replicas still wait in Postgres, bounded by lock_timeout.
-    if (first && !(await settlesWithin(first, this.config.concurrentDuplicateWaitMs))) {
+    if (first) return this.afterFirst(first, id, meta, key, handler);
+    return this.track(id, this.claimAndRun(meta, key, handler));
+  }
+
+  /**
+   * A duplicate of a delivery this process is already running waits for it here, holding no
+   * pool connection: a storm of duplicates then cannot starve unrelated events. Duplicates
+   * arriving at other replicas still wait in Postgres, bounded by lock_timeout.
+   */
+  private async afterFirst<T>(
+    first: Promise<unknown>,
+    id: string,
+    meta: IdempotentWebhookMetadata,
+    key: string,
+    handler: (manager: EntityManager) => Promise<T>,
+  ): Promise<ClaimResult<T>> {
+    if (!(await settlesWithin(first, this.config.concurrentDuplicateWaitMs))) {
       this.metrics.count('in_flight', meta.scope, key);
       return { kind: 'in_flight', retryAfterSeconds: this.config.retryAfterSeconds };
     }
-    const run = this.claimAndRun(meta, key, handler);
+    return this.track(id, this.claimAndRun(meta, key, handler));
+  }
+
+  private track<T>(id: string, run: Promise<T>): Promise<T> {
     if (!this.inFlight.has(id)) {
       this.inFlight.set(id, run);
       const forget = () => this.inFlight.delete(id);
@@ -74,67 +89,64 @@ export class TransactionClaim {
   ): Promise<ClaimResult<T>> {
     // A retry re-runs claim and handler in a fresh transaction: replaying recorded SQL is not enough.
     for (let attempt = 1; ; attempt++) {
-      const runner = this.dataSource.createQueryRunner();
+      const transaction = new ClaimTransaction(
+        this.dataSource.createQueryRunner(),
+        this.transactionOptions(),
+      );
       try {
-        const claimed = await this.claim(runner, meta, key);
+        const claimed = await this.claim(transaction, meta, key);
         if (claimed === 'in_flight') {
           this.metrics.count('in_flight', meta.scope, key);
           return { kind: 'in_flight', retryAfterSeconds: this.config.retryAfterSeconds };
         }
         if (!claimed) {
-          await runner.rollbackTransaction();
+          await transaction.end('ROLLBACK');
           this.metrics.count('replayed', meta.scope, key);
           return { kind: 'replayed' };
         }
-        const value = await this.work(runner, meta, key, handler);
-        await this.commit(runner, meta, key);
+        const value = await this.work(transaction, meta, key, handler);
+        await this.commit(transaction, meta, key);
         this.metrics.count('claimed', meta.scope, key);
         return { kind: 'processed', value };
       } catch (error) {
         if (attempt < MAX_TRANSACTION_TRIES && RETRYABLE_CODES.has(errorCode(error) ?? '')) continue;
         throw error;
       } finally {
-        await runner.release();
+        await transaction.release();
       }
     }
   }
 
   /** true: ours; false: already done; 'in_flight': another delivery holds it past the bound. */
-  private async claim(
-    runner: QueryRunner,
+  private claim(
+    transaction: ClaimTransaction,
     meta: IdempotentWebhookMetadata,
     key: string,
   ): Promise<boolean | 'in_flight'> {
-    try {
-      await runner.startTransaction();
-      // Straight to the runner's pg client: TypeORM's query() cannot send a prepared statement.
-      const client = (await runner.connect()) as PoolClient;
-      const values = [meta.scope, key, meta.source, this.lockTimeout];
-      const result = await client.query(
-        claimQuery(TRANSACTION_CLAIM, values, this.config.preparedStatements),
-      );
-      return result.rowCount === 1;
-    } catch (error) {
-      await this.rollbackQuietly(runner);
-      const code = errorCode(error);
-      if (code === LOCK_NOT_AVAILABLE) return 'in_flight';
-      if (RETRYABLE_CODES.has(code ?? '')) throw error;
-      this.logger.error(claimFailedLog(meta.scope, key, code, error));
-      throw new ClaimUnavailableError(key, code, error);
-    }
+    // Chained rather than awaited: one promise fewer per delivery on the hot path.
+    return transaction
+      .beginAndClaim([meta.scope, key, meta.source, this.lockTimeout])
+      .catch(async (error: unknown) => {
+        await rollbackQuietly(transaction);
+        const code = errorCode(error);
+        if (code === LOCK_NOT_AVAILABLE) return 'in_flight' as const;
+        if (RETRYABLE_CODES.has(code ?? '')) throw error;
+        this.logger.error(claimFailedLog(meta.scope, key, code, error));
+        throw new ClaimUnavailableError(key, code, error);
+      });
   }
 
   private async work<T>(
-    runner: QueryRunner,
+    transaction: ClaimTransaction,
     meta: IdempotentWebhookMetadata,
     key: string,
     handler: (manager: EntityManager) => Promise<T>,
   ): Promise<T> {
     const started = performance.now();
     try {
-      return await handler(runner.manager);
+      return await handler(transaction.manager);
     } catch (error) {
-      await this.rollbackQuietly(runner);
+      await rollbackQuietly(transaction);
       this.metrics.count('failed', meta.scope, key);
       throw error;
     } finally {
@@ -142,26 +154,24 @@ export class TransactionClaim {
     }
   }
 
-  private async commit(runner: QueryRunner, meta: IdempotentWebhookMetadata, key: string): Promise<void> {
-    try {
-      await runner.commitTransaction();
-    } catch (error) {
+  private commit(transaction: ClaimTransaction, meta: IdempotentWebhookMetadata, key: string): Promise<void> {
+    return transaction.end('COMMIT').catch(async (error: unknown) => {
       // Nothing is known to be committed: the sender must retry, and the retry is safe either way.
-      await this.rollbackQuietly(runner);
+      await rollbackQuietly(transaction);
       const code = errorCode(error);
       if (RETRYABLE_CODES.has(code ?? '')) throw error;
       this.logger.error(claimFailedLog(meta.scope, key, code, error));
       throw new ClaimUnavailableError(key, code, error);
-    }
+    });
   }
 
-  private async rollbackQuietly(runner: QueryRunner): Promise<void> {
-    if (!runner.isTransactionActive) return;
-    try {
-      await runner.rollbackTransaction();
-    } catch {
-      // The connection is gone; Postgres rolls the transaction back on its own.
-    }
+  /** Read per delivery: the DataSource may be initialized (subscribers built) after this is constructed. */
+  private transactionOptions(): ClaimTransactionOptions {
+    return {
+      prepared: this.config.preparedStatements,
+      isolationLevel: this.dataSource.options.isolationLevel,
+      subscribed: this.dataSource.subscribers.length > 0,
+    };
   }
 
   private warnIfSlow(scope: string, elapsedMs: number): void {
@@ -185,5 +195,14 @@ async function settlesWithin(promise: Promise<unknown>, ms: number): Promise<boo
     return await Promise.race([settled, timeout]);
   } finally {
     clearTimeout(timer);
+  }
+}
+
+/** Rolls back if a transaction is open; a lost connection has rolled back on its own. */
+async function rollbackQuietly(transaction: ClaimTransaction): Promise<void> {
+  try {
+    await transaction.end('ROLLBACK');
+  } catch {
+    // The connection is gone; Postgres rolls the transaction back on its own.
   }
 }
