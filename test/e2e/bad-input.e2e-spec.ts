@@ -43,6 +43,7 @@ describe.each(ADAPTERS)('bad input (%s)', (adapter) => {
   const written = async () => ({
     claims: await db.count('SELECT count(*) FROM processed_events'),
     orders: await db.count('SELECT count(*) FROM orders'),
+    downstream: await db.count('SELECT count(*) FROM downstream_calls'),
     calls: totalCalls(),
   });
 
@@ -89,6 +90,21 @@ describe.each(ADAPTERS)('bad input (%s)', (adapter) => {
     await expectRejected(
       () => request(running.url).post('/bad/empty').send({ id: 'evt_1' }),
       'Idempotency key of BadInputController.empty is empty',
+    );
+  });
+
+  it('rejects a key containing a NUL character, which PostgreSQL text cannot store', async () => {
+    await expectRejected(
+      () => request(running.url).post('/bad/by-id').send({ id: 'evt_\u0000nul' }),
+      'Idempotency key of BadInputController.byId contains a NUL character, which PostgreSQL text cannot store',
+    );
+    await expectRejected(
+      () => request(running.url).post('/orders').send({ id: '\u0000' }),
+      'Idempotency key of FixtureController.order contains a NUL character, which PostgreSQL text cannot store',
+    );
+    await expectRejected(
+      () => request(running.url).post('/external').send({ id: 'evt_nul_\u0000' }),
+      'Idempotency key of FixtureController.external contains a NUL character, which PostgreSQL text cannot store',
     );
   });
 
