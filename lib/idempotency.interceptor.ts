@@ -3,6 +3,7 @@ import {
   HttpException,
   Inject,
   Injectable,
+  InternalServerErrorException,
   ServiceUnavailableException,
   type CallHandler,
   type ExecutionContext,
@@ -10,7 +11,7 @@ import {
 } from '@nestjs/common';
 import { HttpAdapterHost, Reflector } from '@nestjs/core';
 import { defer, lastValueFrom, type Observable } from 'rxjs';
-import { ClaimUnavailableError, type ClaimResult } from './claims/claim-result.js';
+import { ClaimUnavailableError, TransactionAbortedError, type ClaimResult } from './claims/claim-result.js';
 import { LeaseClaim } from './claims/lease-claim.js';
 import { TransactionClaim } from './claims/transaction-claim.js';
 import { IDEMPOTENT_WEBHOOK_METADATA, IDEMPOTENCY_CONFIG, REPLAYED_HEADER } from './idempotency.constants.js';
@@ -21,10 +22,15 @@ import {
   keyEmpty,
   keyExtractorThrew,
   keyHasNul,
+  keyNotWellFormed,
   keyNotString,
   keyTooLong,
+  transactionAborted,
 } from './idempotency.messages.js';
 import type { IdempotencyConfig, IdempotentWebhookMetadata } from './interfaces/index.js';
+
+/** A UTF-16 surrogate without its pair (String.prototype.isWellFormed is ES2024). */
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
 
 /**
  * Applied by `@IdempotentWebhook`: extracts and checks the key, runs the handler through the claim
@@ -86,6 +92,9 @@ export class IdempotencyInterceptor implements NestInterceptor {
           )
         : await this.transactionClaim.run(meta, key, (manager) => handle({ ...store, manager }));
     } catch (error) {
+      if (error instanceof TransactionAbortedError) {
+        throw new InternalServerErrorException(transactionAborted(key));
+      }
       if (!(error instanceof ClaimUnavailableError)) throw error;
       this.setHeader(response, 'Retry-After', String(this.config.retryAfterSeconds));
       throw new ServiceUnavailableException(databaseUnavailable(key));
@@ -126,6 +135,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
     }
     // Postgres would refuse it on insert, and a refused claim is a 503 the sender retries forever.
     if (key.includes('\u0000')) throw new BadRequestException(keyHasNul(meta.scope));
+    if (LONE_SURROGATE.test(key)) throw new BadRequestException(keyNotWellFormed(meta.scope));
     return key;
   }
 }

@@ -11,6 +11,9 @@ export const keyEmpty = (scope: string) => `Idempotency key of ${scope} is empty
 export const keyHasNul = (scope: string) =>
   `Idempotency key of ${scope} contains a NUL character, which PostgreSQL text cannot store`;
 
+export const keyNotWellFormed = (scope: string) =>
+  `Idempotency key of ${scope} contains a lone UTF-16 surrogate; stored as UTF-8 it would become U+FFFD and collide with other keys`;
+
 export const keyTooLong = (scope: string, length: number, max: number) =>
   `Idempotency key of ${scope} is ${length} characters long; the maximum is ${max}`;
 
@@ -19,6 +22,12 @@ export const duplicateInFlight = (key: string) =>
 
 export const databaseUnavailable = (key: string) =>
   `Could not record event ${key}: the database is unavailable; retry later`;
+
+export const transactionAborted = (key: string) =>
+  `Event ${key} was not processed: a statement in its transaction failed, so nothing was committed; retry later`;
+
+export const transactionAbortedLog = (scope: string, key: string) =>
+  `Handler of ${scope} returned for key ${key} after a statement in its transaction failed; PostgreSQL rolled the COMMIT back and nothing was written. Let database errors propagate, or recover from them inside a nested manager.transaction()`;
 
 export const claimFailedLog = (scope: string, key: string, code: string | undefined, error: unknown) =>
   `Claim of ${scope} key ${key} failed (SQLSTATE ${code ?? 'none'}): ${error instanceof Error ? error.message : String(error)}`;

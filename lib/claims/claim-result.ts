@@ -17,6 +17,18 @@ export class ClaimUnavailableError extends Error {
   }
 }
 
+/**
+ * The handler returned, but a statement in its transaction had failed (and was caught), so
+ * Postgres turned the COMMIT into a ROLLBACK: neither the claim nor the handler's writes exist.
+ * Answered 500, never 200: the sender must deliver again.
+ */
+export class TransactionAbortedError extends Error {
+  constructor() {
+    super('the COMMIT was rolled back: a statement in the transaction failed and the handler went on');
+    this.name = 'TransactionAbortedError';
+  }
+}
+
 /** SQLSTATE (or Node error code) of a driver error, if any. */
 export function errorCode(error: unknown): string | undefined {
   if (typeof error !== 'object' || error === null) return undefined;

@@ -1,6 +1,6 @@
 import type { PoolClient, QueryResult } from 'pg';
 import type { EntityManager, QueryRunner } from 'typeorm';
-import { errorCode } from './claim-result.js';
+import { errorCode, TransactionAbortedError } from './claim-result.js';
 import { claimQuery } from './claim-statement.js';
 import { beginAndClaimSql, TRANSACTION_CLAIM } from './claim.sql.js';
 
@@ -100,27 +100,58 @@ export class ClaimTransaction {
   }
 
   /**
-   * Commits or rolls back. Without subscribers, straight on the connection: TypeORM's
-   * commitTransaction() wraps one statement in two broadcasts and its query layer.
+   * Commits or rolls back, straight on the connection (TypeORM's commitTransaction() wraps one
+   * statement in two broadcasts and its query layer, and cannot tell a COMMIT that Postgres turned
+   * into a ROLLBACK). A COMMIT of a transaction a failed statement aborted rejects with
+   * TransactionAbortedError: nothing was written.
    */
   end(action: 'COMMIT' | 'ROLLBACK'): Promise<void> {
-    if (!this.runner.isTransactionActive) return Promise.resolve();
-    if (this.options.subscribed || !this.client) {
-      return action === 'COMMIT' ? this.runner.commitTransaction() : this.runner.rollbackTransaction();
-    }
-    const state = this.runner as unknown as TransactionState;
-    // A failed COMMIT has ended the transaction too (or lost the connection).
-    const ended = () => {
-      state.isTransactionActive = false;
-      state.transactionDepth = 0;
-    };
-    return this.client.query(action).then(ended, (error: unknown) => {
-      ended();
-      throw error;
-    });
+    if (!this.runner.isTransactionActive || !this.client) return Promise.resolve();
+    if (this.options.subscribed) return this.endAndBroadcast(action);
+    return this.send(this.client, action);
   }
 
   release(): Promise<void> {
     return this.runner.release();
+  }
+
+  /** end() for a DataSource with subscribers: they hear of it as from commitTransaction(). */
+  private async endAndBroadcast(action: 'COMMIT' | 'ROLLBACK'): Promise<void> {
+    const broadcaster = this.runner.broadcaster;
+    await broadcaster.broadcast(
+      action === 'COMMIT' ? 'BeforeTransactionCommit' : 'BeforeTransactionRollback',
+    );
+    try {
+      await this.send(this.client!, action);
+    } catch (error) {
+      // A failed COMMIT has rolled back: subscribers hear it, as they would from TypeORM's own
+      // failed commitTransaction() followed by the caller's rollbackTransaction().
+      if (action === 'COMMIT') {
+        await broadcaster.broadcast('BeforeTransactionRollback');
+        await broadcaster.broadcast('AfterTransactionRollback');
+      }
+      throw error;
+    }
+    await broadcaster.broadcast(action === 'COMMIT' ? 'AfterTransactionCommit' : 'AfterTransactionRollback');
+  }
+
+  private send(client: PoolClient, action: 'COMMIT' | 'ROLLBACK'): Promise<void> {
+    const state = this.runner as unknown as TransactionState;
+    // Whatever the answer, the transaction is over (a failed COMMIT ends it too, or the connection).
+    const ended = () => {
+      state.isTransactionActive = false;
+      state.transactionDepth = 0;
+    };
+    return client.query(action).then(
+      (result) => {
+        ended();
+        // Postgres answers the COMMIT of an aborted transaction with the tag ROLLBACK.
+        if (action === 'COMMIT' && result.command === 'ROLLBACK') throw new TransactionAbortedError();
+      },
+      (error: unknown) => {
+        ended();
+        throw error;
+      },
+    );
   }
 }

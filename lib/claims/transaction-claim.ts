@@ -1,7 +1,7 @@
 import { Inject, Injectable, Logger } from '@nestjs/common';
 import type { DataSource, EntityManager } from 'typeorm';
 import { IDEMPOTENCY_CONFIG, IDEMPOTENCY_DATA_SOURCE } from '../idempotency.constants.js';
-import { claimFailedLog, slowTransaction } from '../idempotency.messages.js';
+import { claimFailedLog, slowTransaction, transactionAbortedLog } from '../idempotency.messages.js';
 import { IdempotencyMetrics } from '../idempotency.metrics.js';
 import type { IdempotencyConfig, IdempotentWebhookMetadata } from '../interfaces/index.js';
 import {
@@ -9,6 +9,7 @@ import {
   errorCode,
   LOCK_NOT_AVAILABLE,
   RETRYABLE_CODES,
+  TransactionAbortedError,
   type ClaimResult,
 } from './claim-result.js';
 import { ClaimTransaction, type ClaimTransactionOptions } from './claim-transaction.js';
@@ -156,9 +157,20 @@ export class TransactionClaim {
 
   private commit(transaction: ClaimTransaction, meta: IdempotentWebhookMetadata, key: string): Promise<void> {
     return transaction.end('COMMIT').catch(async (error: unknown) => {
-      // Nothing is known to be committed: the sender must retry, and the retry is safe either way.
+      if (error instanceof TransactionAbortedError) {
+        this.metrics.count('failed', meta.scope, key);
+        this.logger.error(transactionAbortedLog(meta.scope, key));
+        throw error;
+      }
       await rollbackQuietly(transaction);
       const code = errorCode(error);
+      // The handler's data was refused at COMMIT (a deferred constraint, say): its failure, as if
+      // it had thrown, not an unavailable database.
+      if (isDataError(code)) {
+        this.metrics.count('failed', meta.scope, key);
+        throw error;
+      }
+      // Nothing is known to be committed: the sender must retry, and the retry is safe either way.
       if (RETRYABLE_CODES.has(code ?? '')) throw error;
       this.logger.error(claimFailedLog(meta.scope, key, code, error));
       throw new ClaimUnavailableError(key, code, error);
@@ -205,4 +217,9 @@ async function rollbackQuietly(transaction: ClaimTransaction): Promise<void> {
   } catch {
     // The connection is gone; Postgres rolls the transaction back on its own.
   }
+}
+
+/** SQLSTATE classes 22 (data exception) and 23 (integrity constraint violation). */
+function isDataError(code: string | undefined): boolean {
+  return code !== undefined && (code.startsWith('22') || code.startsWith('23'));
 }

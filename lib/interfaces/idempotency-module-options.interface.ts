@@ -91,12 +91,13 @@ export interface IdempotencyModuleOptions {
    */
   prometheus?: boolean | { registers: unknown[] };
   /**
-   * Send the statements of every delivery (the claims, the lease's state read and its fenced
-   * updates) as named prepared statements: pg prepares each once per connection, and Postgres
-   * skips parsing and planning it on every later delivery. Set `false` behind a pooler in
-   * transaction mode that does not track prepared statements (PgBouncer before 1.21, or with
-   * `max_prepared_statements = 0`): there a named statement can land on a server connection that
-   * never prepared it, and the claim fails with 503.
+   * Prepare the statements of every delivery once per connection, so Postgres skips parsing and
+   * planning them each time: transaction mode sends `BEGIN; EXECUTE idempotency_transaction_claim(...)`
+   * as one query (one round trip less than a separate BEGIN), external mode sends protocol-level
+   * named statements. Set `false` behind a pooler in transaction mode (PgBouncer
+   * `pool_mode = transaction`, RDS Proxy), where a delivery can land on a server connection that
+   * never prepared them and the claim would fail with 503; transaction mode then lets TypeORM
+   * start the transaction and sends the claim unprepared.
    * @default true
    */
   preparedStatements?: boolean;

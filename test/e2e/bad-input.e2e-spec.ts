@@ -108,6 +108,48 @@ describe.each(ADAPTERS)('bad input (%s)', (adapter) => {
     );
   });
 
+  it('rejects a key with a lone UTF-16 surrogate, which UTF-8 encoding would turn into U+FFFD', async () => {
+    // JSON.stringify escapes a lone surrogate (\ud800), so the server parses it back as sent:
+    // stored, 'evt_\ud800' and 'evt_\udfff' would both become 'evt_\ufffd', one claim.
+    const byId =
+      'Idempotency key of BadInputController.byId contains a lone UTF-16 surrogate; stored as UTF-8 it would become U+FFFD and collide with other keys';
+    await expectRejected(() => request(running.url).post('/bad/by-id').send({ id: 'evt_\ud800' }), byId);
+    await expectRejected(() => request(running.url).post('/bad/by-id').send({ id: 'evt_\udfff' }), byId);
+    // A pair in the wrong order is two lone surrogates; so is a high one in the middle.
+    await expectRejected(
+      () => request(running.url).post('/bad/by-id').send({ id: 'evt_\ude00\ud83d' }),
+      byId,
+    );
+    await expectRejected(() => request(running.url).post('/bad/by-id').send({ id: 'evt_\udbffx' }), byId);
+    await expectRejected(
+      () => request(running.url).post('/orders').send({ id: 'evt_\udfff' }),
+      'Idempotency key of FixtureController.order contains a lone UTF-16 surrogate; stored as UTF-8 it would become U+FFFD and collide with other keys',
+    );
+    await expectRejected(
+      () => request(running.url).post('/external').send({ id: 'evt_\ud800' }),
+      'Idempotency key of FixtureController.external contains a lone UTF-16 surrogate; stored as UTF-8 it would become U+FFFD and collide with other keys',
+    );
+  });
+
+  it('processes keys with well-formed surrogate pairs (emoji) as distinct keys (the control)', async () => {
+    // U+1F600 and U+1F601: the same high surrogate, different low ones.
+    const keys = [`evt_\u{1F600}_${adapter}`, `evt_\u{1F601}_${adapter}`];
+    const controller = running.app.get(BadInputController);
+    for (const id of keys) {
+      const calls = controller.calls.get('by-id') ?? 0;
+      const answer = await request(running.url).post('/bad/by-id').send({ id });
+      expect(answer.status).toBe(200);
+      expect(answer.body).toEqual({ processed: id });
+      expect(controller.calls.get('by-id')).toBe(calls + 1);
+    }
+    const { rows } = await db.pool.query(
+      `SELECT event_key, status FROM processed_events WHERE event_key = ANY($1) ORDER BY event_key COLLATE "C"`,
+      [keys],
+    );
+    expect(rows).toEqual(keys.map((event_key) => ({ event_key, status: 'done' })));
+    expect(await db.count('SELECT count(*) FROM orders WHERE event_id = ANY($1)', [keys])).toBe(2);
+  });
+
   it('rejects a key longer than maxKeyLength (default 255)', async () => {
     await expectRejected(
       () => request(running.url).post('/bad/long').send({ id: 'evt_1' }),

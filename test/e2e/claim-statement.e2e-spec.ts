@@ -2,10 +2,12 @@ import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import type { PoolClient } from 'pg';
 import { DataSource } from 'typeorm';
 import request from 'supertest';
+import { IdempotencyMetrics, type IdempotencyModuleOptions } from '../../lib/index.js';
 import { pgPoolOf } from '../../lib/claims/claim-statement.js';
 import { PREPARE_TRANSACTION_CLAIM } from '../../lib/claims/claim.sql.js';
 import { ADAPTERS, startApp, type RunningApp } from '../support/app.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
+import { LogCapture } from '../support/log-capture.js';
 import {
   BACKSLASH_SCOPE,
   BACKSLASH_SOURCE,
@@ -21,6 +23,17 @@ import {
 
 /** Scope of ClaimStatementController.byId, where the tricky keys are claimed. */
 const BY_ID_SCOPE = 'ClaimStatementController.byId';
+
+/** Scope of ClaimStatementController.caughtSqlError, whose handler swallows a failed statement. */
+const CAUGHT_SCOPE = 'ClaimStatementController.caughtSqlError';
+
+/** The 500's message when Postgres turned the COMMIT into a ROLLBACK. */
+const abortedMessage = (key: string) =>
+  `Event ${key} was not processed: a statement in its transaction failed, so nothing was committed; retry later`;
+
+/** The error logged then. */
+const abortedLog = (key: string) =>
+  `Handler of ${CAUGHT_SCOPE} returned for key ${key} after a statement in its transaction failed; PostgreSQL rolled the COMMIT back and nothing was written. Let database errors propagate, or recover from them inside a nested manager.transaction()`;
 
 /** 255 characters (the default maxKeyLength), a third of them quotes and backslashes. */
 const LONG_QUOTED_KEY = `${"'".repeat(60)}${'\\'.repeat(25)}${"x'".repeat(85)}`;
@@ -93,6 +106,12 @@ describe.each(ADAPTERS)('one-round-trip transaction claim (%s)', (adapter) => {
 
   beforeAll(async () => {
     db = await createTestDatabase();
+    await db.pool.query(
+      `CREATE TABLE deferred_orders (
+         event_id text NOT NULL,
+         CONSTRAINT deferred_orders_event_id UNIQUE (event_id) DEFERRABLE INITIALLY DEFERRED
+       )`,
+    );
   });
 
   afterAll(async () => {
@@ -134,6 +153,30 @@ describe.each(ADAPTERS)('one-round-trip transaction claim (%s)', (adapter) => {
     expect(second.status).toBe(200);
     expect(second.headers['idempotent-replayed']).toBe('true');
     return first;
+  };
+  /** Outcomes counted in CAUGHT_SCOPE by one app. */
+  const caughtOutcomes = (running: RunningApp) =>
+    running.app.get(IdempotencyMetrics).snapshot().claims[CAUGHT_SCOPE] ?? {};
+  /**
+   * One delivery to caught-sql-error: the handler runs, Postgres rolls the COMMIT back, and the
+   * answer is a 500 (never a 200 for nothing committed). Nothing is written, and the outcome is
+   * counted 'failed', never 'claimed'.
+   */
+  const deliverAborted = async (running: RunningApp, id: string) => {
+    const before = caughtOutcomes(running);
+    const calls = handled(running, 'caught-sql-error', id);
+    const answer = await request(running.url).post('/claims/caught-sql-error').send({ id });
+    expect(answer.status).toBe(500);
+    expect(answer.body).toEqual({
+      statusCode: 500,
+      message: abortedMessage(id),
+      error: 'Internal Server Error',
+    });
+    expect(answer.headers['idempotent-replayed']).toBeUndefined();
+    expect(handled(running, 'caught-sql-error', id)).toBe(calls + 1);
+    expect(await orders(id)).toBe(0);
+    expect(await claims(id)).toBe(0);
+    expect(caughtOutcomes(running)).toEqual({ ...before, failed: (before.failed ?? 0) + 1 });
   };
 
   describe('keys, scopes and sources that naive SQL building would break', () => {
@@ -428,6 +471,72 @@ describe.each(ADAPTERS)('one-round-trip transaction claim (%s)', (adapter) => {
     });
   });
 
+  // The control, a failed statement caught inside a nested manager.transaction() (its savepoint
+  // is rolled back, so the outer transaction commits), is 'recovers the transaction after a
+  // nested statement fails in Postgres' above.
+  describe.each<[string, string, IdempotencyModuleOptions, string[]]>([
+    ['default options', 'default', {}, ['BEGIN; PREPARE; EXECUTE', 'COMMIT', 'BEGIN; EXECUTE', 'COMMIT']],
+    // TypeORM's startTransaction() sends START TRANSACTION, which transactionControl() leaves out.
+    ['preparedStatements: false', 'unprepared', { preparedStatements: false }, ['COMMIT', 'COMMIT']],
+  ])(
+    'a handler that catches a failed statement outside a savepoint and returns (%s)',
+    (_label, tag, idempotency, control) => {
+      let running: RunningApp;
+      const logs = new LogCapture();
+
+      beforeAll(async () => {
+        running = await start({ idempotency });
+        // Nest's logger is process-wide and each startApp resets it: install the capture last.
+        running.app.useLogger(logs);
+      });
+
+      it('is answered 500 with nothing written, and every redelivery runs the handler again', async () => {
+        const id = `evt_caught_${tag}_${adapter}`;
+        logs.clear();
+        await deliverAborted(running, id);
+        expect(logs.find('error', abortedLog(id))).toHaveLength(1);
+
+        // Never marked done: the redelivery is claimed and run again, and aborted again.
+        await deliverAborted(running, id);
+        expect(handled(running, 'caught-sql-error', id)).toBe(2);
+        expect(logs.find('error', abortedLog(id))).toHaveLength(2);
+        expect(caughtOutcomes(running).claimed).toBeUndefined();
+      });
+
+      it('answers a COMMIT refused by a deferred constraint 500 (the handler failed), not 503, with nothing written', async () => {
+        const id = `evt_deferred_${tag}_${adapter}`;
+        const scope = 'ClaimStatementController.deferredViolation';
+        for (const attempt of [1, 2]) {
+          const answer = await request(running.url).post('/claims/deferred-violation').send({ id });
+          // Not "the database is unavailable" with Retry-After: the handler's data was refused.
+          expect(answer.status).toBe(500);
+          expect(answer.headers['retry-after']).toBeUndefined();
+          expect(handled(running, 'deferred-violation', id)).toBe(attempt);
+          expect(await db.count('SELECT count(*) FROM deferred_orders WHERE event_id = $1', [id])).toBe(0);
+          expect(await claims(id)).toBe(0);
+          expect(running.app.get(IdempotencyMetrics).snapshot().claims[scope]).toEqual({ failed: attempt });
+        }
+      });
+
+      it('sends no ROLLBACK after the rolled-back COMMIT; the next delivery on that connection commits', async () => {
+        await withApp({ poolSize: 1, idempotency }, async (single) => {
+          const connection = await onlyConnection(single);
+          const id = `evt_caught_single_${tag}_${adapter}`;
+          await deliverAborted(single, id);
+          const next = `${id}_next`;
+          const processed = await request(single.url).post('/claims/by-id').send({ id: next });
+          expect(processed.status).toBe(200);
+          expect(processed.body).toEqual({ processed: next });
+          expect(transactionControl(connection.sent)).toEqual(control);
+          expect(await orders(next)).toBe(1);
+          expect(await claims(next)).toBe(1);
+          expect(await orders(id)).toBe(0);
+          expect(await claims(id)).toBe(0);
+        });
+      });
+    },
+  );
+
   // preparedStatements: false goes through TypeORM's own startTransaction(): the control.
   describe.each([true, false])('TypeORM subscribers (preparedStatements: %s)', (preparedStatements) => {
     let running: RunningApp;
@@ -440,17 +549,19 @@ describe.each(ADAPTERS)('one-round-trip transaction claim (%s)', (adapter) => {
         .subscribers.find((subscriber) => subscriber instanceof TransactionEventCounter)!;
     });
 
-    /** The events one delivery broadcasts. */
-    const eventsOf = async (path: string, id: string) => {
-      const before = { ...counter.counts };
-      const answer = await request(running.url).post(path).send({ id });
-      const delta = Object.fromEntries(
+    /** The events broadcast since `before` was taken (`{ ...counter.counts }`). */
+    const eventsSince = (before: TransactionEventCounts) =>
+      Object.fromEntries(
         Object.entries(counter.counts).map(([name, count]) => [
           name,
           count - before[name as keyof TransactionEventCounts],
         ]),
       );
-      return { answer, delta };
+    /** The events one delivery broadcasts. */
+    const eventsOf = async (path: string, id: string) => {
+      const before = { ...counter.counts };
+      const answer = await request(running.url).post(path).send({ id });
+      return { answer, delta: eventsSince(before) };
     };
     const events = (start: number, commit: number, rollback: number): TransactionEventCounts => ({
       beforeStart: start,
@@ -487,6 +598,27 @@ describe.each(ADAPTERS)('one-round-trip transaction claim (%s)', (adapter) => {
       expect(failed.delta).toEqual(events(1, 0, 1));
       expect(await orders(id)).toBe(0);
       expect(await claims(id)).toBe(0);
+    });
+
+    it('a handler that catches a failed statement: 500, nothing written, a rollback and no AfterTransactionCommit', async () => {
+      const id = `evt_subscribed_caught_${preparedStatements}_${adapter}`;
+      for (const attempt of [1, 2]) {
+        const before = { ...counter.counts };
+        await deliverAborted(running, id);
+        // Subscribers hear the start and BeforeTransactionCommit; the COMMIT came back ROLLBACK,
+        // so no AfterTransactionCommit follows but the rollback does, as after TypeORM's own
+        // failed commit: a subscriber that buffers work until commit can drop it.
+        expect(eventsSince(before)).toEqual({
+          beforeStart: 1,
+          afterStart: 1,
+          beforeCommit: 1,
+          afterCommit: 0,
+          beforeRollback: 1,
+          afterRollback: 1,
+        });
+        expect(handled(running, 'caught-sql-error', id)).toBe(attempt);
+      }
+      expect(caughtOutcomes(running).claimed).toBeUndefined();
     });
 
     it('a nested transaction is a second start and commit (its savepoint)', async () => {
