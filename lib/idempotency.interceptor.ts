@@ -10,7 +10,7 @@ import {
   type NestInterceptor,
 } from '@nestjs/common';
 import { HttpAdapterHost, Reflector } from '@nestjs/core';
-import { defer, lastValueFrom, type Observable } from 'rxjs';
+import { lastValueFrom, Observable } from 'rxjs';
 import { ClaimUnavailableError, TransactionAbortedError, type ClaimResult } from './claims/claim-result.js';
 import { LeaseClaim } from './claims/lease-claim.js';
 import { TransactionClaim } from './claims/transaction-claim.js';
@@ -63,43 +63,59 @@ export class IdempotencyInterceptor implements NestInterceptor {
     const http = context.switchToHttp();
     const request = http.getRequest();
     const response = http.getResponse();
-    return defer(() => this.deliver(meta, request, response, next));
+    // A plain Observable over the claim's promise: rxjs' defer() and from() would add promises of
+    // their own to every delivery, and each pays AsyncLocalStorage's hooks.
+    return new Observable((subscriber) => {
+      const key = this.keyOf(meta, request); // a throw here reaches the subscriber as the error
+      this.claim(meta, key, next).then(
+        (result) => {
+          let value: unknown;
+          try {
+            value = this.answer(result, key, response);
+          } catch (error) {
+            subscriber.error(error);
+            return;
+          }
+          subscriber.next(value);
+          subscriber.complete();
+        },
+        (error: unknown) => subscriber.error(this.failure(error, key, response)),
+      );
+    });
   }
 
-  private async deliver(
+  /** Runs the handler under the claim for its mode, in the delivery's context. */
+  private claim(
     meta: IdempotentWebhookMetadata,
-    request: { body?: unknown },
-    response: unknown,
+    key: string,
     next: CallHandler,
-  ): Promise<unknown> {
-    const key = this.keyOf(meta, request);
+  ): Promise<ClaimResult<unknown>> {
     const store = { key, scope: meta.scope, source: meta.source, external: meta.external };
     // next.handle() is cold: subscribing inside the context makes the store visible to the
     // handler and to every service it awaits.
     const handle = (full: IdempotencyStore) =>
       runInIdempotencyContext(full, () => lastValueFrom(next.handle(), { defaultValue: undefined }));
-    let result: ClaimResult<unknown>;
-    try {
-      result = meta.external
-        ? await this.leaseClaim.run(meta, key, (lease) =>
-            handle({
-              ...store,
-              manager: lease.manager,
-              leaseToken: lease.token,
-              attempt: lease.attempt,
-              extendLease: lease.extend,
-            }),
-          )
-        : await this.transactionClaim.run(meta, key, (manager) => handle({ ...store, manager }));
-    } catch (error) {
-      if (error instanceof TransactionAbortedError) {
-        throw new InternalServerErrorException(transactionAborted(key));
-      }
-      if (!(error instanceof ClaimUnavailableError)) throw error;
-      this.setHeader(response, 'Retry-After', String(this.config.retryAfterSeconds));
-      throw new ServiceUnavailableException(databaseUnavailable(key));
+    if (!meta.external) {
+      return this.transactionClaim.run(meta, key, (manager) => handle({ ...store, manager }));
     }
-    return this.answer(result, key, response);
+    return this.leaseClaim.run(meta, key, (lease) =>
+      handle({
+        ...store,
+        manager: lease.manager,
+        leaseToken: lease.token,
+        attempt: lease.attempt,
+        extendLease: lease.extend,
+      }),
+    );
+  }
+
+  /** The HTTP error for a failed claim; the handler's own errors pass through. */
+  private failure(error: unknown, key: string, response: unknown): unknown {
+    if (error instanceof TransactionAbortedError)
+      return new InternalServerErrorException(transactionAborted(key));
+    if (!(error instanceof ClaimUnavailableError)) return error;
+    this.setHeader(response, 'Retry-After', String(this.config.retryAfterSeconds));
+    return new ServiceUnavailableException(databaseUnavailable(key));
   }
 
   private answer(result: ClaimResult<unknown>, key: string, response: unknown): unknown {

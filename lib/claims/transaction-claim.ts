@@ -30,8 +30,8 @@ const SLOW_WARNING_EVERY_MS = 60_000;
 export class TransactionClaim {
   private readonly logger = new Logger('IdempotencyModule');
   private readonly lastSlowWarning = new Map<string, number>();
-  /** Deliveries of this process that are claiming or running, by (scope, key); settle when done. */
-  private readonly inFlight = new Map<string, Promise<unknown>>();
+  /** Deliveries of this process that are claiming or running, by (scope, key), with their waiting duplicates. */
+  private readonly inFlight = new Map<string, (() => void)[]>();
   /** lock_timeout of the claim; 0 would mean "wait forever", so 1 ms is the shortest real bound. */
   private readonly lockTimeout: string;
 
@@ -50,9 +50,9 @@ export class TransactionClaim {
     handler: (manager: EntityManager) => Promise<T>,
   ): Promise<ClaimResult<T>> {
     const id = `${meta.scope}\u0000${key}`;
-    const first = this.inFlight.get(id);
-    if (first) return this.afterFirst(first, id, meta, key, handler);
-    return this.track(id, this.claimAndRun(meta, key, handler));
+    const waiting = this.inFlight.get(id);
+    if (waiting) return this.afterFirst(waiting, id, meta, key, handler);
+    return this.claimAndRun(meta, key, handler, id);
   }
 
   /**
@@ -61,120 +61,127 @@ export class TransactionClaim {
    * arriving at other replicas still wait in Postgres, bounded by lock_timeout.
    */
   private async afterFirst<T>(
-    first: Promise<unknown>,
+    waiting: (() => void)[],
     id: string,
     meta: IdempotentWebhookMetadata,
     key: string,
     handler: (manager: EntityManager) => Promise<T>,
   ): Promise<ClaimResult<T>> {
-    if (!(await settlesWithin(first, this.config.concurrentDuplicateWaitMs))) {
-      this.metrics.count('in_flight', meta.scope, key);
-      return { kind: 'in_flight', retryAfterSeconds: this.config.retryAfterSeconds };
+    if (!(await settlesWithin(waiting, this.config.concurrentDuplicateWaitMs))) {
+      return this.answerInFlight(meta, key);
     }
-    return this.track(id, this.claimAndRun(meta, key, handler));
+    // The first has finished; if another duplicate has already taken its place, this one runs
+    // without being waited on (Postgres still orders the two).
+    return this.claimAndRun(meta, key, handler, this.inFlight.has(id) ? undefined : id);
   }
 
-  private track<T>(id: string, run: Promise<T>): Promise<T> {
-    if (!this.inFlight.has(id)) {
-      this.inFlight.set(id, run);
-      const forget = () => this.inFlight.delete(id);
-      run.then(forget, forget);
-    }
-    return run;
-  }
-
+  /**
+   * One function with its error handling inline, rather than a helper per step: every async
+   * layer is a promise, and under AsyncLocalStorage every promise pays its hooks (the bench
+   * measured the request path's promises as most of what the library costs).
+   */
   private async claimAndRun<T>(
     meta: IdempotentWebhookMetadata,
     key: string,
     handler: (manager: EntityManager) => Promise<T>,
+    /** Set when duplicates in this process wait for this delivery, under this id. */
+    id?: string,
   ): Promise<ClaimResult<T>> {
-    // A retry re-runs claim and handler in a fresh transaction: replaying recorded SQL is not enough.
-    for (let attempt = 1; ; attempt++) {
-      const transaction = new ClaimTransaction(
-        this.dataSource.createQueryRunner(),
-        this.transactionOptions(),
-      );
-      try {
-        const claimed = await this.claim(transaction, meta, key);
-        if (claimed === 'in_flight') {
-          this.metrics.count('in_flight', meta.scope, key);
-          return { kind: 'in_flight', retryAfterSeconds: this.config.retryAfterSeconds };
-        }
-        if (!claimed) {
-          await transaction.end('ROLLBACK');
-          this.metrics.count('replayed', meta.scope, key);
-          return { kind: 'replayed' };
-        }
-        const value = await this.work(transaction, meta, key, handler);
-        await this.commit(transaction, meta, key);
-        this.metrics.count('claimed', meta.scope, key);
-        return { kind: 'processed', value };
-      } catch (error) {
-        if (attempt < MAX_TRANSACTION_TRIES && RETRYABLE_CODES.has(errorCode(error) ?? '')) continue;
-        throw error;
-      } finally {
-        await transaction.release();
-      }
-    }
-  }
-
-  /** true: ours; false: already done; 'in_flight': another delivery holds it past the bound. */
-  private claim(
-    transaction: ClaimTransaction,
-    meta: IdempotentWebhookMetadata,
-    key: string,
-  ): Promise<boolean | 'in_flight'> {
-    // Chained rather than awaited: one promise fewer per delivery on the hot path.
-    return transaction
-      .beginAndClaim([meta.scope, key, meta.source, this.lockTimeout])
-      .catch(async (error: unknown) => {
-        await rollbackQuietly(transaction);
-        const code = errorCode(error);
-        if (code === LOCK_NOT_AVAILABLE) return 'in_flight' as const;
-        if (RETRYABLE_CODES.has(code ?? '')) throw error;
-        this.logger.error(claimFailedLog(meta.scope, key, code, error));
-        throw new ClaimUnavailableError(key, code, error);
-      });
-  }
-
-  private async work<T>(
-    transaction: ClaimTransaction,
-    meta: IdempotentWebhookMetadata,
-    key: string,
-    handler: (manager: EntityManager) => Promise<T>,
-  ): Promise<T> {
-    const started = performance.now();
+    // Registered before the first await, so a duplicate arriving meanwhile finds it; the waiters
+    // are plain callbacks, so the first delivery pays no promise for them.
+    if (id !== undefined) this.inFlight.set(id, []);
     try {
-      return await handler(transaction.manager);
-    } catch (error) {
-      await rollbackQuietly(transaction);
-      this.metrics.count('failed', meta.scope, key);
-      throw error;
+      // A retry re-runs claim and handler in a fresh transaction: replaying recorded SQL is not enough.
+      for (let attempt = 1; ; attempt++) {
+        const transaction = new ClaimTransaction(
+          this.dataSource.createQueryRunner(),
+          this.transactionOptions(),
+        );
+        try {
+          let claimed: boolean;
+          try {
+            claimed = await transaction.beginAndClaim([meta.scope, key, meta.source, this.lockTimeout]);
+          } catch (error) {
+            await rollbackQuietly(transaction);
+            // Another delivery held the claim past concurrentDuplicateWaitMs.
+            if (errorCode(error) === LOCK_NOT_AVAILABLE) return this.answerInFlight(meta, key);
+            throw this.unavailable(meta, key, error);
+          }
+          if (!claimed) {
+            await transaction.end('ROLLBACK');
+            this.metrics.count('replayed', meta.scope, key);
+            return { kind: 'replayed' };
+          }
+
+          const started = performance.now();
+          let value: T;
+          try {
+            value = await handler(transaction.manager);
+          } catch (error) {
+            await rollbackQuietly(transaction);
+            this.metrics.count('failed', meta.scope, key);
+            throw error;
+          } finally {
+            this.warnIfSlow(meta.scope, performance.now() - started);
+          }
+
+          try {
+            await transaction.end('COMMIT');
+          } catch (error) {
+            throw await this.commitFailed(transaction, meta, key, error);
+          }
+          this.metrics.count('claimed', meta.scope, key);
+          return { kind: 'processed', value };
+        } catch (error) {
+          if (attempt < MAX_TRANSACTION_TRIES && RETRYABLE_CODES.has(errorCode(error) ?? '')) continue;
+          throw error;
+        } finally {
+          await transaction.release();
+        }
+      }
     } finally {
-      this.warnIfSlow(meta.scope, performance.now() - started);
+      if (id !== undefined) {
+        const waiting = this.inFlight.get(id) ?? [];
+        this.inFlight.delete(id);
+        for (const wake of waiting) wake();
+      }
     }
   }
 
-  private commit(transaction: ClaimTransaction, meta: IdempotentWebhookMetadata, key: string): Promise<void> {
-    return transaction.end('COMMIT').catch(async (error: unknown) => {
-      if (error instanceof TransactionAbortedError) {
-        this.metrics.count('failed', meta.scope, key);
-        this.logger.error(transactionAbortedLog(meta.scope, key));
-        throw error;
-      }
-      await rollbackQuietly(transaction);
-      const code = errorCode(error);
-      // The handler's data was refused at COMMIT (a deferred constraint, say): its failure, as if
-      // it had thrown, not an unavailable database.
-      if (isDataError(code)) {
-        this.metrics.count('failed', meta.scope, key);
-        throw error;
-      }
-      // Nothing is known to be committed: the sender must retry, and the retry is safe either way.
-      if (RETRYABLE_CODES.has(code ?? '')) throw error;
-      this.logger.error(claimFailedLog(meta.scope, key, code, error));
-      throw new ClaimUnavailableError(key, code, error);
-    });
+  private answerInFlight(meta: IdempotentWebhookMetadata, key: string): ClaimResult<never> {
+    this.metrics.count('in_flight', meta.scope, key);
+    return { kind: 'in_flight', retryAfterSeconds: this.config.retryAfterSeconds };
+  }
+
+  /** What to throw for a claim or commit the database refused: retryable codes pass through for a retry. */
+  private unavailable(meta: IdempotentWebhookMetadata, key: string, error: unknown): unknown {
+    const code = errorCode(error);
+    if (RETRYABLE_CODES.has(code ?? '')) return error;
+    this.logger.error(claimFailedLog(meta.scope, key, code, error));
+    return new ClaimUnavailableError(key, code, error);
+  }
+
+  /** What to throw for a failed COMMIT. */
+  private async commitFailed(
+    transaction: ClaimTransaction,
+    meta: IdempotentWebhookMetadata,
+    key: string,
+    error: unknown,
+  ): Promise<unknown> {
+    if (error instanceof TransactionAbortedError) {
+      this.metrics.count('failed', meta.scope, key);
+      this.logger.error(transactionAbortedLog(meta.scope, key));
+      return error;
+    }
+    await rollbackQuietly(transaction);
+    // The handler's data was refused at COMMIT (a deferred constraint, say): its failure, as if
+    // it had thrown, not an unavailable database.
+    if (isDataError(errorCode(error))) {
+      this.metrics.count('failed', meta.scope, key);
+      return error;
+    }
+    // Nothing is known to be committed: the sender must retry, and the retry is safe either way.
+    return this.unavailable(meta, key, error);
   }
 
   /** Read per delivery: the DataSource may be initialized (subscribers built) after this is constructed. */
@@ -195,19 +202,15 @@ export class TransactionClaim {
   }
 }
 
-/** Resolves true once `promise` settles (either way), false if `ms` passes first. */
-async function settlesWithin(promise: Promise<unknown>, ms: number): Promise<boolean> {
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const timeout = new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), ms)));
-  const settled = promise.then(
-    () => true as const,
-    () => true as const,
-  );
-  try {
-    return await Promise.race([settled, timeout]);
-  } finally {
-    clearTimeout(timer);
-  }
+/** Resolves true once the delivery `waiting` belongs to finishes (either way), false if `ms` passes first. */
+function settlesWithin(waiting: (() => void)[], ms: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => resolve(false), ms);
+    waiting.push(() => {
+      clearTimeout(timer);
+      resolve(true);
+    });
+  });
 }
 
 /** Rolls back if a transaction is open; a lost connection has rolled back on its own. */
