@@ -58,7 +58,10 @@ export class TransactionClaim {
   /**
    * A duplicate of a delivery this process is already running waits for it here, holding no
    * pool connection: a storm of duplicates then cannot starve unrelated events. Duplicates
-   * arriving at other replicas still wait in Postgres, bounded by lock_timeout.
+   * arriving at other replicas still wait in Postgres, bounded by lock_timeout. When the first
+   * finishes without committing (its own wait ran out, or it failed), one waiter takes its place
+   * and the rest wait on that one, within what is left of their own bound: never a herd of
+   * duplicates each holding a connection on the same row lock.
    */
   private async afterFirst<T>(
     waiting: (() => void)[],
@@ -67,12 +70,13 @@ export class TransactionClaim {
     key: string,
     handler: (manager: EntityManager) => Promise<T>,
   ): Promise<ClaimResult<T>> {
-    if (!(await settlesWithin(waiting, this.config.concurrentDuplicateWaitMs))) {
-      return this.answerInFlight(meta, key);
+    const deadline = performance.now() + this.config.concurrentDuplicateWaitMs;
+    for (let current: (() => void)[] | undefined = waiting; current; current = this.inFlight.get(id)) {
+      if (!(await settlesWithin(current, deadline - performance.now()))) {
+        return this.answerInFlight(meta, key);
+      }
     }
-    // The first has finished; if another duplicate has already taken its place, this one runs
-    // without being waited on (Postgres still orders the two).
-    return this.claimAndRun(meta, key, handler, this.inFlight.has(id) ? undefined : id);
+    return this.claimAndRun(meta, key, handler, id);
   }
 
   /**
@@ -204,6 +208,7 @@ export class TransactionClaim {
 
 /** Resolves true once the delivery `waiting` belongs to finishes (either way), false if `ms` passes first. */
 function settlesWithin(waiting: (() => void)[], ms: number): Promise<boolean> {
+  if (ms <= 0) return Promise.resolve(false);
   return new Promise((resolve) => {
     const timer = setTimeout(() => resolve(false), ms);
     waiting.push(() => {

@@ -7,6 +7,8 @@ import { Gates, WebhookFixtureModule } from '../fixtures/webhook-fixture.module.
 
 /** A bound short enough that a duplicate storm gives its connections back quickly. */
 const SHORT_WAIT_MS = 200;
+/** Long enough for later duplicates to arrive while the first still waits in Postgres. */
+const MEDIUM_WAIT_MS = 1_000;
 /** A bound no test reaches: the first delivery's commit or rollback ends the wait. */
 const LONG_WAIT_MS = 30_000;
 const POOL_SIZE = 10;
@@ -23,6 +25,7 @@ describe.each(ADAPTERS)('bounded wait for concurrent duplicates (%s)', (adapter)
   /** Second replicas on the same database: their duplicates wait in Postgres, not in process. */
   let replica: RunningApp;
   let shortReplica: RunningApp;
+  let medium: RunningApp;
 
   beforeAll(async () => {
     db = await createTestDatabase();
@@ -54,9 +57,17 @@ describe.each(ADAPTERS)('bounded wait for concurrent duplicates (%s)', (adapter)
         idempotency: { concurrentDuplicateWaitMs: SHORT_WAIT_MS },
       }),
     ]);
+    medium = await startApp(adapter, [
+      WebhookFixtureModule.forDatabase({
+        databaseUrl: db.url,
+        poolSize: POOL_SIZE,
+        idempotency: { concurrentDuplicateWaitMs: MEDIUM_WAIT_MS },
+      }),
+    ]);
   });
 
   afterAll(async () => {
+    await medium?.close();
     await shortReplica?.close();
     await short?.close();
     await long?.close();
@@ -159,6 +170,41 @@ describe.each(ADAPTERS)('bounded wait for concurrent duplicates (%s)', (adapter)
     }
     expect(await orders(id)).toBe(1);
     expect(await claims(id)).toBe(1);
+  });
+
+  it('never lets waiting duplicates stampede the row lock when the one ahead of them gives up', async () => {
+    // The claim is held at another replica. This app's first duplicate waits on its row lock in
+    // Postgres; the later ones wait in memory. When the first gives up (409), one waiter takes its
+    // place and the rest keep waiting on that one: at most one session of this app on the lock.
+    const id = `evt_no_stampede_${adapter}`;
+    const gates = short.app.get(Gates);
+    const held = deliver(short, { id, block: true });
+    await gates.entered(id);
+    const first = deliver(medium, { id });
+    await waitUntil(async () => (await lockWaiters(db)) === 1, 'the first duplicate to wait on the lock');
+    // The later ones arrive halfway through the first's wait, so they still have half their own
+    // bound left when it gives up: the moment a stampede would start. (This delay places the
+    // arrivals; it hides no race, the count below is taken throughout.)
+    await new Promise((resolve) => setTimeout(resolve, MEDIUM_WAIT_MS / 2));
+    let answered = false;
+    const later = Promise.all(Array.from({ length: 6 }, () => deliver(medium, { id }))).finally(
+      () => (answered = true),
+    );
+    let mostWaiters = 0;
+    // Bounded, so an answer that never comes fails the test instead of spinning past it.
+    const giveUpAt = Date.now() + 10 * MEDIUM_WAIT_MS;
+    while (!answered && Date.now() < giveUpAt) mostWaiters = Math.max(mostWaiters, await lockWaiters(db));
+    expect(answered).toBe(true);
+
+    expect(mostWaiters).toBe(1);
+    for (const answer of [await first, ...(await later)]) {
+      expect(answer.status).toBe(409);
+      expect(answer.headers['retry-after']).toMatch(/^[1-9]\d*$/);
+    }
+    expect(await claims(id)).toBe(0);
+    gates.open(id);
+    expect((await held).status).toBe(200);
+    expect(await orders(id)).toBe(1);
   });
 
   it('answers duplicates 200 replayed when the first delivery commits within the bound', async () => {
