@@ -1,3 +1,6 @@
+import type { Logger } from '@nestjs/common';
+import { claimFailedLog } from '../idempotency.messages.js';
+
 /** What a claim strategy tells the interceptor; the interceptor only maps it to HTTP. */
 export type ClaimResult<T> =
   { kind: 'processed'; value: T } | { kind: 'replayed' } | { kind: 'in_flight'; retryAfterSeconds: number };
@@ -42,3 +45,15 @@ export const LOCK_NOT_AVAILABLE = '55P03';
 
 /** Serialization failure or deadlock: safe to re-run the whole claim in a fresh transaction. */
 export const RETRYABLE_CODES = new Set(['40001', '40P01']);
+
+/** Logs a claim or commit the database refused and wraps it for the 503 answer. */
+export function claimUnavailable(
+  logger: Logger,
+  scope: string,
+  key: string,
+  error: unknown,
+): ClaimUnavailableError {
+  const code = errorCode(error);
+  logger.error(claimFailedLog(scope, key, code, error));
+  return new ClaimUnavailableError(key, code, error);
+}

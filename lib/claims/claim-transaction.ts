@@ -53,10 +53,6 @@ export class ClaimTransaction {
     return this.runner.manager;
   }
 
-  get active(): boolean {
-    return this.runner.isTransactionActive;
-  }
-
   /**
    * Begins the transaction and claims (scope, key, source) with the given lock_timeout. Resolves
    * true when the claim is ours, false when the key is already done. On an error the transaction

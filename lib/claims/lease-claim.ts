@@ -2,10 +2,10 @@ import { randomUUID } from 'node:crypto';
 import { Inject, Injectable, Logger } from '@nestjs/common';
 import type { DataSource, EntityManager } from 'typeorm';
 import { DEFAULTS, IDEMPOTENCY_CONFIG, IDEMPOTENCY_DATA_SOURCE } from '../idempotency.constants.js';
-import { claimFailedLog, completionFailed, leaseLost, releaseFailed } from '../idempotency.messages.js';
+import { completionFailed, leaseLost, releaseFailed } from '../idempotency.messages.js';
 import { IdempotencyMetrics } from '../idempotency.metrics.js';
 import type { IdempotencyConfig, IdempotentWebhookMetadata } from '../interfaces/index.js';
-import { ClaimUnavailableError, errorCode, type ClaimResult } from './claim-result.js';
+import { claimUnavailable, type ClaimResult } from './claim-result.js';
 import { claimQuery, pgPoolOf, type ClaimStatement } from './claim-statement.js';
 import {
   CLAIM_STATE,
@@ -171,9 +171,7 @@ export class LeaseClaim {
     try {
       return (await this.execute(statement, parameters)).rows as Record<string, any>[];
     } catch (error) {
-      const code = errorCode(error);
-      this.logger.error(claimFailedLog(meta.scope, key, code, error));
-      throw new ClaimUnavailableError(key, code, error);
+      throw claimUnavailable(this.logger, meta.scope, key, error);
     }
   }
 

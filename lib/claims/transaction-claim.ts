@@ -1,11 +1,11 @@
 import { Inject, Injectable, Logger } from '@nestjs/common';
 import type { DataSource, EntityManager } from 'typeorm';
 import { IDEMPOTENCY_CONFIG, IDEMPOTENCY_DATA_SOURCE } from '../idempotency.constants.js';
-import { claimFailedLog, slowTransaction, transactionAbortedLog } from '../idempotency.messages.js';
+import { slowTransaction, transactionAbortedLog } from '../idempotency.messages.js';
 import { IdempotencyMetrics } from '../idempotency.metrics.js';
 import type { IdempotencyConfig, IdempotentWebhookMetadata } from '../interfaces/index.js';
 import {
-  ClaimUnavailableError,
+  claimUnavailable,
   errorCode,
   LOCK_NOT_AVAILABLE,
   RETRYABLE_CODES,
@@ -81,19 +81,18 @@ export class TransactionClaim {
 
   /**
    * One function with its error handling inline, rather than a helper per step: every async
-   * layer is a promise, and under AsyncLocalStorage every promise pays its hooks (the bench
-   * measured the request path's promises as most of what the library costs).
+   * layer is a promise on every delivery, and under AsyncLocalStorage every promise pays its hooks.
    */
   private async claimAndRun<T>(
     meta: IdempotentWebhookMetadata,
     key: string,
     handler: (manager: EntityManager) => Promise<T>,
-    /** Set when duplicates in this process wait for this delivery, under this id. */
-    id?: string,
+    /** Under which duplicates in this process find and wait for this delivery. */
+    id: string,
   ): Promise<ClaimResult<T>> {
     // Registered before the first await, so a duplicate arriving meanwhile finds it; the waiters
     // are plain callbacks, so the first delivery pays no promise for them.
-    if (id !== undefined) this.inFlight.set(id, []);
+    this.inFlight.set(id, []);
     try {
       // A retry re-runs claim and handler in a fresh transaction: replaying recorded SQL is not enough.
       for (let attempt = 1; ; attempt++) {
@@ -144,11 +143,9 @@ export class TransactionClaim {
         }
       }
     } finally {
-      if (id !== undefined) {
-        const waiting = this.inFlight.get(id) ?? [];
-        this.inFlight.delete(id);
-        for (const wake of waiting) wake();
-      }
+      const waiting = this.inFlight.get(id) ?? [];
+      this.inFlight.delete(id);
+      for (const wake of waiting) wake();
     }
   }
 
@@ -159,10 +156,8 @@ export class TransactionClaim {
 
   /** What to throw for a claim or commit the database refused: retryable codes pass through for a retry. */
   private unavailable(meta: IdempotentWebhookMetadata, key: string, error: unknown): unknown {
-    const code = errorCode(error);
-    if (RETRYABLE_CODES.has(code ?? '')) return error;
-    this.logger.error(claimFailedLog(meta.scope, key, code, error));
-    return new ClaimUnavailableError(key, code, error);
+    if (RETRYABLE_CODES.has(errorCode(error) ?? '')) return error;
+    return claimUnavailable(this.logger, meta.scope, key, error);
   }
 
   /** What to throw for a failed COMMIT. */
