@@ -29,41 +29,19 @@ describe.each(ADAPTERS)('bounded wait for concurrent duplicates (%s)', (adapter)
 
   beforeAll(async () => {
     db = await createTestDatabase();
-    short = await startApp(adapter, [
-      WebhookFixtureModule.forDatabase({
-        databaseUrl: db.url,
-        poolSize: POOL_SIZE,
-        idempotency: { concurrentDuplicateWaitMs: SHORT_WAIT_MS },
-      }),
-    ]);
-    long = await startApp(adapter, [
-      WebhookFixtureModule.forDatabase({
-        databaseUrl: db.url,
-        poolSize: POOL_SIZE,
-        idempotency: { concurrentDuplicateWaitMs: LONG_WAIT_MS },
-      }),
-    ]);
-    replica = await startApp(adapter, [
-      WebhookFixtureModule.forDatabase({
-        databaseUrl: db.url,
-        poolSize: POOL_SIZE,
-        idempotency: { concurrentDuplicateWaitMs: LONG_WAIT_MS },
-      }),
-    ]);
-    shortReplica = await startApp(adapter, [
-      WebhookFixtureModule.forDatabase({
-        databaseUrl: db.url,
-        poolSize: POOL_SIZE,
-        idempotency: { concurrentDuplicateWaitMs: SHORT_WAIT_MS },
-      }),
-    ]);
-    medium = await startApp(adapter, [
-      WebhookFixtureModule.forDatabase({
-        databaseUrl: db.url,
-        poolSize: POOL_SIZE,
-        idempotency: { concurrentDuplicateWaitMs: MEDIUM_WAIT_MS },
-      }),
-    ]);
+    const startWith = (concurrentDuplicateWaitMs: number) =>
+      startApp(adapter, [
+        WebhookFixtureModule.forDatabase({
+          databaseUrl: db.url,
+          poolSize: POOL_SIZE,
+          idempotency: { concurrentDuplicateWaitMs },
+        }),
+      ]);
+    short = await startWith(SHORT_WAIT_MS);
+    long = await startWith(LONG_WAIT_MS);
+    replica = await startWith(LONG_WAIT_MS);
+    shortReplica = await startWith(SHORT_WAIT_MS);
+    medium = await startWith(MEDIUM_WAIT_MS);
   });
 
   afterAll(async () => {
