@@ -12,7 +12,14 @@ import type { AdapterResult, CellResult, RatioRep, RatioResult, Trace } from './
 import { createBenchDatabase, type BenchPostgres } from './support/bench-postgres.js';
 import { ServerProcess } from './support/server-process.js';
 import { StatementStats } from './support/statement-stats.js';
-import { PAIRS, VARIANTS, WORKLOADS, type Variant, type Workload } from './variants.js';
+import {
+  HEADLINE_PAIRS,
+  REFERENCE_PAIRS,
+  VARIANTS,
+  WORKLOADS,
+  type Variant,
+  type Workload,
+} from './variants.js';
 
 /** Where a run writes its files, and the tag that names them. */
 export interface RunTarget {
@@ -214,9 +221,11 @@ async function interleavedRatios(
   load: (variant: Variant, workload: Workload, durationS: number) => Promise<LoadResult>,
   adapter: string,
 ): Promise<Record<string, RatioResult>> {
-  const reps: Record<string, RatioRep[]> = Object.fromEntries(PAIRS.map((pair) => [pair.name, []]));
+  // The reference pairs double the time; a quick run (< 60 s) keeps to the headline.
+  const pairs = options.mode === 'full' ? [...HEADLINE_PAIRS, ...REFERENCE_PAIRS] : HEADLINE_PAIRS;
+  const reps: Record<string, RatioRep[]> = Object.fromEntries(pairs.map((pair) => [pair.name, []]));
   for (let rep = 0; rep < options.reps; rep++) {
-    for (const pair of PAIRS) {
+    for (const pair of pairs) {
       const order: Variant[] = rep % 2 === 0 ? [pair.raw, pair.lib] : [pair.lib, pair.raw];
       const runs: Partial<Record<Variant, LoadResult>> = {};
       for (const variant of order) runs[variant] = await load(variant, 'unique', options.ratioS);
@@ -233,11 +242,11 @@ async function interleavedRatios(
     }
     log(
       `${adapter} ratios rep ${rep + 1}/${options.reps}: ` +
-        PAIRS.map((pair) => `${pair.name} ${reps[pair.name].at(-1)!.ratio.toFixed(3)}`).join(', '),
+        pairs.map((pair) => `${pair.name} ${reps[pair.name].at(-1)!.ratio.toFixed(3)}`).join(', '),
     );
   }
   return Object.fromEntries(
-    PAIRS.map((pair) => [
+    pairs.map((pair) => [
       pair.name,
       {
         ...spread(reps[pair.name].map((rep) => rep.ratio)),

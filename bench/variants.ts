@@ -1,5 +1,17 @@
-/** The six ways of handling the same webhook, measured side by side. */
-export const VARIANTS = ['none', 'raw-naive', 'raw-tx', 'lib-tx', 'raw-lease', 'lib-external'] as const;
+/**
+ * The six ways of handling the same webhook, measured side by side, and one reference:
+ * raw-tx-intercepted is raw-tx behind an interceptor that does nothing, which is what Nest charges
+ * any route with an interceptor, the library's included.
+ */
+export const VARIANTS = [
+  'none',
+  'raw-naive',
+  'raw-tx',
+  'raw-tx-intercepted',
+  'lib-tx',
+  'raw-lease',
+  'lib-external',
+] as const;
 
 /** One way of handling the webhook; it is also the route the bench server serves it on. */
 export type Variant = (typeof VARIANTS)[number];
@@ -9,16 +21,34 @@ export const VARIANT_DESCRIPTIONS: Record<Variant, string> = {
   none: 'the order insert only, no dedupe (the floor)',
   'raw-naive': "the seed's snippet: claim autocommitted, then the insert (the hole, for reference)",
   'raw-tx': 'hand-written fix one: BEGIN, claim, insert, COMMIT on a pg client',
+  'raw-tx-intercepted':
+    'raw-tx behind a Nest interceptor that does nothing (reference: what any interceptor costs)',
   'lib-tx': '`@IdempotentWebhook` transaction mode doing the same insert',
   'raw-lease': 'hand-written fix two: lease upsert, insert, mark done',
   'lib-external': '`@IdempotentWebhook({ external: true })` doing the same insert',
 };
 
 /** The headline comparisons: the library against the hand-written SQL it replaces. */
-export const PAIRS = [
+export const HEADLINE_PAIRS = [
   { name: 'lib-tx/raw-tx', lib: 'lib-tx', raw: 'raw-tx' },
   { name: 'lib-external/raw-lease', lib: 'lib-external', raw: 'raw-lease' },
-] as const satisfies readonly { name: string; lib: Variant; raw: Variant }[];
+] as const satisfies readonly Pair[];
+
+/**
+ * Full runs only: lib-tx's gap split in two, what an interceptor costs on its own and what the
+ * library costs beyond it.
+ */
+export const REFERENCE_PAIRS = [
+  { name: 'raw-tx-intercepted/raw-tx', lib: 'raw-tx-intercepted', raw: 'raw-tx' },
+  { name: 'lib-tx/raw-tx-intercepted', lib: 'lib-tx', raw: 'raw-tx-intercepted' },
+] as const satisfies readonly Pair[];
+
+/** Two variants whose throughput is compared, interleaved: `lib` over `raw`. */
+export interface Pair {
+  name: string;
+  lib: Variant;
+  raw: Variant;
+}
 
 /** Workloads: every key new, or 30% of deliveries repeating a key already answered. */
 export const WORKLOADS = ['unique', 'dup30'] as const;
@@ -31,6 +61,7 @@ export const DUPLICATE_SHARE = 0.3;
 export const SCOPES: Record<Exclude<Variant, 'none'>, string> = {
   'raw-naive': 'bench:raw-naive',
   'raw-tx': 'bench:raw-tx',
+  'raw-tx-intercepted': 'bench:raw-tx-intercepted',
   'lib-tx': 'bench:lib-tx',
   'raw-lease': 'bench:raw-lease',
   'lib-external': 'bench:lib-external',

@@ -47,8 +47,11 @@ function cellsTable(result: AdapterResult, workload: Workload): string[] {
 
 function adapterSection(result: AdapterResult): string[] {
   const lines: string[] = [`## ${result.adapter}`, '', `${result.startedAt} → ${result.finishedAt}`, ''];
-  lines.push('### Headline: library / hand-written throughput, interleaved', '');
-  lines.push('| pair | median | min | max | repetitions (lib/raw events/s) |', '|---|---:|---:|---:|---|');
+  lines.push('### Throughput ratios, interleaved (the first two are the headline)', '');
+  lines.push(
+    '| pair | median | min | max | repetitions (events/s, left/right) |',
+    '|---|---:|---:|---:|---|',
+  );
   for (const [pair, ratio] of Object.entries(result.ratios)) {
     const reps = ratio.reps.map((rep) => `${rep.libEventsPerSecond}/${rep.rawEventsPerSecond}`).join(', ');
     lines.push(
@@ -162,8 +165,8 @@ export function renderReadmeSummary(run: BenchRun, file: string): string {
       `${options.cellS} s per cell, ${options.reps} interleaved repetitions of ${options.ratioS} s. ` +
       `Every table of the run: [${file}](${file}).`,
     '',
-    '| adapter | lib-tx / raw-tx | lib-external / raw-lease | round trips added on the happy path |',
-    '|---|---:|---:|---|',
+    '| adapter | lib-tx / raw-tx | lib-external / raw-lease | round trips added on the happy path | reference: raw-tx-intercepted / raw-tx | lib-tx / raw-tx-intercepted |',
+    '|---|---:|---:|---|---:|---:|',
   ];
   for (const result of run.adapters) {
     const ratio = (name: string) => {
@@ -174,7 +177,8 @@ export function renderReadmeSummary(run: BenchRun, file: string): string {
       .map((path) => `${path.extra} (${path.lib} vs ${path.raw})`)
       .join(', ');
     lines.push(
-      `| ${result.adapter} | ${ratio('lib-tx/raw-tx')} | ${ratio('lib-external/raw-lease')} | ${added} |`,
+      `| ${result.adapter} | ${ratio('lib-tx/raw-tx')} | ${ratio('lib-external/raw-lease')} | ${added} | ` +
+        `${ratio('raw-tx-intercepted/raw-tx')} | ${ratio('lib-tx/raw-tx-intercepted')} |`,
     );
   }
   lines.push(

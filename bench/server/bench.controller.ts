@@ -1,4 +1,12 @@
-import { Body, Controller, HttpCode, Inject, Post, ServiceUnavailableException } from '@nestjs/common';
+import {
+  Body,
+  Controller,
+  HttpCode,
+  Inject,
+  Post,
+  ServiceUnavailableException,
+  UseInterceptors,
+} from '@nestjs/common';
 import type pg from 'pg';
 import type { EntityManager } from 'typeorm';
 import { IdempotentWebhook, WebhookTransaction } from '../../lib/index.js';
@@ -11,6 +19,7 @@ import {
   RAW_LEASE_DONE,
   RAW_LEASE_STATE,
 } from './hand-written.sql.js';
+import { PassThroughInterceptor } from './pass-through.interceptor.js';
 
 /** DI token of the pg pool under TypeORM's DataSource: the hand-written variants share it. */
 export const BENCH_POOL = Symbol('BENCH_POOL');
@@ -51,25 +60,15 @@ export class BenchController {
 
   @Post('raw-tx')
   @HttpCode(200)
-  async rawTx(@Body() event: BenchEvent) {
-    const client = await this.pool.connect();
-    let broken: Error | undefined;
-    try {
-      await client.query('BEGIN');
-      const claimed = await client.query(RAW_CLAIM, [SCOPES['raw-tx'], event.id, SOURCE]);
-      if (claimed.rowCount === 0) {
-        await client.query('ROLLBACK');
-        return RECEIVED;
-      }
-      await client.query(ORDER_INSERT, order(event, 'raw-tx'));
-      await client.query('COMMIT');
-      return RECEIVED;
-    } catch (error) {
-      await client.query('ROLLBACK').catch((rollbackError: Error) => (broken = rollbackError));
-      throw error;
-    } finally {
-      client.release(broken);
-    }
+  rawTx(@Body() event: BenchEvent) {
+    return this.inTransaction(event, 'raw-tx');
+  }
+
+  @Post('raw-tx-intercepted')
+  @HttpCode(200)
+  @UseInterceptors(PassThroughInterceptor)
+  rawTxIntercepted(@Body() event: BenchEvent) {
+    return this.inTransaction(event, 'raw-tx-intercepted');
   }
 
   @Post('lib-tx')
@@ -99,5 +98,27 @@ export class BenchController {
   async libExternal(@Body() event: BenchEvent, @WebhookTransaction() manager: EntityManager) {
     await manager.query(ORDER_INSERT, order(event, 'lib-external'));
     return RECEIVED;
+  }
+
+  /** Seed fix one by hand: the claim and the insert commit together on one pg client. */
+  private async inTransaction(event: BenchEvent, variant: 'raw-tx' | 'raw-tx-intercepted') {
+    const client = await this.pool.connect();
+    let broken: Error | undefined;
+    try {
+      await client.query('BEGIN');
+      const claimed = await client.query(RAW_CLAIM, [SCOPES[variant], event.id, SOURCE]);
+      if (claimed.rowCount === 0) {
+        await client.query('ROLLBACK');
+        return RECEIVED;
+      }
+      await client.query(ORDER_INSERT, order(event, variant));
+      await client.query('COMMIT');
+      return RECEIVED;
+    } catch (error) {
+      await client.query('ROLLBACK').catch((rollbackError: Error) => (broken = rollbackError));
+      throw error;
+    } finally {
+      client.release(broken);
+    }
   }
 }
