@@ -1,7 +1,7 @@
 import type { PoolClient, QueryResult } from 'pg';
 import type { EntityManager, QueryRunner } from 'typeorm';
 import { errorCode, TransactionAbortedError } from './claim-result.js';
-import { claimQuery } from './claim-statement.js';
+import { claimQuery, UNKNOWN_PREPARED_STATEMENT } from './claim-statement.js';
 import { beginAndClaimSql, TRANSACTION_CLAIM } from './claim.sql.js';
 
 /** Connections that have prepared the transaction claim. A pool's connections outlive any one module. */
@@ -9,8 +9,6 @@ const preparedConnections = new WeakSet<PoolClient>();
 
 /** PREPARE of a name the connection already has (another module on the same pool got there first). */
 const DUPLICATE_PREPARED_STATEMENT = '42P05';
-/** EXECUTE of a name the connection no longer has (someone ran DEALLOCATE or DISCARD on it). */
-const UNKNOWN_PREPARED_STATEMENT = '26000';
 /** One round to learn the connection's real state, one to claim. */
 const MAX_ROUNDS = 3;
 

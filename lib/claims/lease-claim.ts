@@ -5,8 +5,8 @@ import { DEFAULTS, IDEMPOTENCY_CONFIG, IDEMPOTENCY_DATA_SOURCE } from '../idempo
 import { completionFailed, leaseLost, releaseFailed } from '../idempotency.messages.js';
 import { IdempotencyMetrics } from '../idempotency.metrics.js';
 import type { IdempotencyConfig, IdempotentWebhookMetadata } from '../interfaces/index.js';
-import { claimUnavailable, type ClaimResult } from './claim-result.js';
-import { claimQuery, pgPoolOf, type ClaimStatement } from './claim-statement.js';
+import { claimUnavailable, errorCode, type ClaimResult } from './claim-result.js';
+import { claimQuery, pgPoolOf, UNKNOWN_PREPARED_STATEMENT, type ClaimStatement } from './claim-statement.js';
 import {
   CLAIM_STATE,
   CURRENT_ATTEMPT,
@@ -31,6 +31,9 @@ export interface Lease {
  * fails); a few rounds settle it.
  */
 const MAX_CLAIM_ROUNDS = 3;
+
+/** Sends of one statement whose connections had forgotten it (see execute()). */
+const MAX_STATEMENT_SENDS = 3;
 
 /**
  * External mode (seed "fix two"): a three-state claim for work that leaves the database. A live
@@ -177,9 +180,19 @@ export class LeaseClaim {
 
   /**
    * One autocommitted statement on the DataSource's pg pool, as the hand-written lease would send
-   * it: no QueryRunner, and TypeORM's query() cannot send a prepared statement.
+   * it: no QueryRunner, and TypeORM's query() cannot send a prepared statement. pg remembers what
+   * it prepared on each connection; when someone has run DEALLOCATE ALL or DISCARD ALL on one, the
+   * statement fails there without running, pg-pool drops that connection, and it is sent again on
+   * another, where pg prepares it anew.
    */
-  private execute(statement: ClaimStatement, parameters: unknown[]) {
-    return pgPoolOf(this.dataSource).query(claimQuery(statement, parameters, this.config.preparedStatements));
+  private async execute(statement: ClaimStatement, parameters: unknown[]) {
+    const query = claimQuery(statement, parameters, this.config.preparedStatements);
+    for (let send = 1; ; send++) {
+      try {
+        return await pgPoolOf(this.dataSource).query(query);
+      } catch (error) {
+        if (send >= MAX_STATEMENT_SENDS || errorCode(error) !== UNKNOWN_PREPARED_STATEMENT) throw error;
+      }
+    }
   }
 }

@@ -327,6 +327,52 @@ describe.each(ADAPTERS)('one-round-trip transaction claim (%s)', (adapter) => {
       });
     });
 
+    it('sends an external claim again on another connection after DEALLOCATE ALL', async () => {
+      await withApp({ poolSize: 1 }, async (running) => {
+        const dataSource = running.app.get(DataSource);
+        const backend = async (): Promise<number> =>
+          (await dataSource.query('SELECT pg_backend_pid() AS pid'))[0].pid;
+        const leaseStatements = async () => (await preparedClaims(running)).map((row) => row.name).sort();
+        const firstId = `evt_dealloc_external_1_${adapter}`;
+        await deliverTwice(running, '/claims/external', firstId);
+        // The new event's claim and completion, the duplicate's claim and state read.
+        expect(await leaseStatements()).toEqual([
+          'idempotency_claim_state',
+          'idempotency_lease_claim',
+          'idempotency_lease_complete',
+        ]);
+        const forgetful = await backend();
+
+        // pg still believes the connection has them: its next EXECUTE fails there (26000) without
+        // running, and pg-pool drops that connection.
+        await dataSource.query('DEALLOCATE ALL');
+        const secondId = `evt_dealloc_external_2_${adapter}`;
+        await deliverTwice(running, '/claims/external', secondId);
+        expect(await backend()).not.toBe(forgetful);
+        expect(await leaseStatements()).toEqual([
+          'idempotency_claim_state',
+          'idempotency_lease_claim',
+          'idempotency_lease_complete',
+        ]);
+
+        // A duplicate is the first to find the statements gone: still replayed, not a 503.
+        await dataSource.query('DEALLOCATE ALL');
+        const replay = await request(running.url).post('/claims/external').send({ id: firstId });
+        expect(replay.status).toBe(200);
+        expect(replay.headers['idempotent-replayed']).toBe('true');
+
+        for (const id of [firstId, secondId]) {
+          expect(handled(running, 'external', id)).toBe(1);
+          expect(await orders(id)).toBe(1);
+          const { rows } = await db.pool.query(
+            'SELECT status, attempts FROM processed_events WHERE event_key = $1',
+            [id],
+          );
+          expect(rows).toEqual([{ status: 'done', attempts: 1 }]);
+        }
+      });
+    });
+
     it('adopts a statement the connection already has (42P05) on its first delivery', async () => {
       await withApp({ poolSize: 1 }, async (running) => {
         const connection = await onlyConnection(running);
