@@ -11,7 +11,10 @@ describe('published package', () => {
   const manifest = JSON.parse(readFileSync('package.json', 'utf8'));
 
   it('contains the entry points that exports and types name', () => {
-    expect(files).toContain(manifest.exports['.'].default.replace('./', ''));
+    for (const entry of ['.', './testing']) {
+      expect(files).toContain(manifest.exports[entry].default.replace('./', ''));
+      expect(files).toContain(manifest.exports[entry].types.replace('./', ''));
+    }
     expect(files).toContain(manifest.types.replace('./', ''));
   });
 

@@ -1,0 +1,50 @@
+import type { EntityManager } from 'typeorm';
+import { runInIdempotencyContext } from '../idempotency-context.js';
+
+/** A delivery as `@IdempotentWebhook` would hand it to its handler, for tests. */
+export interface WebhookDelivery {
+  /** The event's key. */
+  key: string;
+  /** What `IdempotencyContext.manager` returns: in a test, usually a manager of the test's own transaction. */
+  manager: EntityManager;
+  /** The claim's scope. @default 'test' */
+  scope?: string;
+  /** @default the scope */
+  source?: string;
+  /** External mode's fencing token; setting it makes the delivery external. @default undefined (transaction mode) */
+  leaseToken?: string;
+  /** External mode: which claim of the event this is. @default 1 when `leaseToken` is set */
+  attempt?: number;
+  /** External mode: what `IdempotencyContext.extendLease()` does. @default resolves true (the lease is held) */
+  extendLease?: (ms?: number) => Promise<boolean>;
+}
+
+/**
+ * Runs `fn` as the handler of `delivery`: every service it calls that reads `IdempotencyContext`
+ * (the manager, the key, the lease) sees `delivery`, so those services can be unit tested without
+ * an HTTP request or a claim. No claim row is written and nothing is committed here: `manager` is
+ * used as given, and its transaction is the test's to commit or roll back.
+ *
+ * ```ts
+ * await dataSource.transaction((manager) =>
+ *   runAsWebhookDelivery({ key: 'evt_1', manager }, () => payments.record(event)),
+ * );
+ * ```
+ */
+export function runAsWebhookDelivery<T>(delivery: WebhookDelivery, fn: () => T): T {
+  const scope = delivery.scope ?? 'test';
+  const external = delivery.leaseToken !== undefined;
+  return runInIdempotencyContext(
+    {
+      key: delivery.key,
+      scope,
+      source: delivery.source ?? scope,
+      external,
+      manager: delivery.manager,
+      leaseToken: delivery.leaseToken,
+      attempt: delivery.attempt ?? (external ? 1 : undefined),
+      extendLease: external ? (delivery.extendLease ?? (() => Promise.resolve(true))) : undefined,
+    },
+    fn,
+  );
+}
