@@ -74,7 +74,7 @@ export class LeaseClaim {
       value = await handler(lease);
     } catch (error) {
       clearInterval(heartbeat);
-      await this.fail(meta, key, token, error);
+      await this.fail(meta, key, token, attempt, error);
       throw error;
     }
     clearInterval(heartbeat);
@@ -115,9 +115,7 @@ export class LeaseClaim {
   private async complete(meta: IdempotentWebhookMetadata, key: string, token: string, attempt: number) {
     try {
       if ((await this.update(LEASE_COMPLETE, [meta.scope, key, token])) === 1) return;
-      const [current] = (await this.execute(CURRENT_ATTEMPT, [meta.scope, key])).rows;
-      this.metrics.count('lease_lost', meta.scope, key);
-      this.logger.error(leaseLost(meta.scope, key, attempt, current?.attempts));
+      await this.reportLeaseLost(meta, key, attempt);
     } catch (error) {
       // The work happened: answering 5xx would make the sender run it again once the lease
       // expires. The row stays in_progress, expires, and the reporter shows it.
@@ -125,17 +123,40 @@ export class LeaseClaim {
     }
   }
 
-  private async fail(meta: IdempotentWebhookMetadata, key: string, token: string, error: unknown) {
-    this.metrics.count('failed', meta.scope, key);
+  private async fail(
+    meta: IdempotentWebhookMetadata,
+    key: string,
+    token: string,
+    attempt: number,
+    error: unknown,
+  ) {
     const message = (error instanceof Error ? error.message : String(error)).slice(
       0,
       DEFAULTS.maxErrorLength,
     );
     try {
-      await this.update(LEASE_FAIL, [meta.scope, key, token, message]);
+      if ((await this.update(LEASE_FAIL, [meta.scope, key, token, message])) === 1) {
+        this.metrics.count('failed', meta.scope, key);
+        return;
+      }
+      // Another worker holds the event now; the failure marks nothing, and what this attempt did
+      // outside the database before it threw may run again under the new holder.
+      await this.reportLeaseLost(meta, key, attempt);
     } catch (releaseError) {
+      this.metrics.count('failed', meta.scope, key);
       this.logger.error(releaseFailed(meta.scope, key, releaseError));
     }
+  }
+
+  /** A fenced completion or failure matched nothing: the lease was taken over meanwhile. */
+  private async reportLeaseLost(meta: IdempotentWebhookMetadata, key: string, attempt: number) {
+    this.metrics.count('lease_lost', meta.scope, key);
+    // Only for the log: the lease is lost whether or not this read succeeds.
+    const current = await this.execute(CURRENT_ATTEMPT, [meta.scope, key]).then(
+      (result) => result.rows[0]?.attempts as number | undefined,
+      () => undefined,
+    );
+    this.logger.error(leaseLost(meta.scope, key, attempt, current));
   }
 
   private async extend(meta: IdempotentWebhookMetadata, key: string, token: string, ms: number) {

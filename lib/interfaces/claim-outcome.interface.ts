@@ -5,7 +5,7 @@
  * - `in_flight`: another worker holds the claim; answered 409 (or 503) with `Retry-After`.
  * - `reclaimed`: an expired lease or a failed attempt was taken over; the handler ran again.
  * - `failed`: the handler threw; the claim was rolled back (transaction) or marked failed (external).
- * - `lease_lost`: an external handler finished after another worker took its lease over.
+ * - `lease_lost`: an external handler returned or threw after another worker took its lease over.
  * - `expired`: the reporter found a lease whose worker died holding it.
  */
 export type ClaimOutcome =

@@ -99,11 +99,17 @@ describe.each(ADAPTERS)('external mode fencing (%s)', (adapter) => {
 
   it('ignores a late failure from the worker that lost its lease', async () => {
     const id = 'evt_fence_late_fail';
+    const before = outcomes(workerA);
     const { answerA } = await parkPastLease({ id, fail: true });
     const rowB = await completeOnB(id);
 
     gatesA.open(id);
     expect((await answerA).status).toBe(500);
+    // A marked nothing failed, so it counts the lost lease, not a failure.
+    expect(outcomes(workerA).lease_lost).toBe((before.lease_lost ?? 0) + 1);
+    expect(outcomes(workerA).failed).toBe(before.failed);
+    const errors = logs.find('error', 'Lease lost', `key ${id}`, 'attempt 1', 'current attempt 2');
+    expect(errors).toHaveLength(1);
 
     // A's "mark failed" is fenced too: the event stays done and is not re-run.
     expect(await claimRow(db, EXTERNAL, id)).toEqual(rowB);
