@@ -170,8 +170,9 @@ export function renderReadmeSummary(run: BenchRun, file: string): string {
   ];
   for (const result of run.adapters) {
     const ratio = (name: string) => {
-      const { median, min, max } = result.ratios[name];
-      return `**${median.toFixed(3)}** (${min.toFixed(3)}–${max.toFixed(3)})`;
+      const measured = result.ratios[name];
+      if (!measured) return 'n/a';
+      return `**${measured.median.toFixed(3)}** (${measured.min.toFixed(3)}–${measured.max.toFixed(3)})`;
     };
     const added = Object.values(result.happyPath)
       .map((path) => `${path.extra} (${path.lib} vs ${path.raw})`)
