@@ -41,6 +41,9 @@ export const leaseLost = (scope: string, key: string, mine: number, current: num
 export const completionFailed = (scope: string, key: string, error: unknown) =>
   `Could not mark ${scope} key ${key} done after its handler succeeded: ${error instanceof Error ? error.message : String(error)}; the lease will expire and be reported`;
 
+export const statementForgotten = (name: string) =>
+  `A pooled connection had forgotten the prepared statement ${name} (DEALLOCATE ALL, DISCARD ALL, or a pooler in transaction mode); it was dropped and the statement sent on another. Behind a transaction-mode pooler, set preparedStatements: false`;
+
 export const releaseFailed = (scope: string, key: string, error: unknown) =>
   `Could not mark ${scope} key ${key} failed: ${error instanceof Error ? error.message : String(error)}; it becomes claimable when its lease expires`;
 

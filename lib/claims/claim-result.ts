@@ -40,6 +40,9 @@ export function errorCode(error: unknown): string | undefined {
   return typeof code === 'string' ? code : undefined;
 }
 
+/** EXECUTE of a name the connection no longer has (someone ran DEALLOCATE or DISCARD on it). */
+export const UNKNOWN_PREPARED_STATEMENT = '26000';
+
 /** lock_timeout ran out (55P03): another delivery holds the claim. */
 export const LOCK_NOT_AVAILABLE = '55P03';
 

@@ -1,9 +1,6 @@
 import type { Pool, QueryConfig } from 'pg';
 import type { DataSource } from 'typeorm';
 
-/** EXECUTE of a name the connection no longer has (someone ran DEALLOCATE or DISCARD on it). */
-export const UNKNOWN_PREPARED_STATEMENT = '26000';
-
 /** A statement of the per-delivery path, with the name pg prepares it under. */
 export interface ClaimStatement {
   readonly name: string;

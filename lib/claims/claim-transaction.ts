@@ -1,7 +1,7 @@
 import type { PoolClient, QueryResult } from 'pg';
 import type { EntityManager, QueryRunner } from 'typeorm';
-import { errorCode, TransactionAbortedError } from './claim-result.js';
-import { claimQuery, UNKNOWN_PREPARED_STATEMENT } from './claim-statement.js';
+import { errorCode, TransactionAbortedError, UNKNOWN_PREPARED_STATEMENT } from './claim-result.js';
+import { claimQuery } from './claim-statement.js';
 import { beginAndClaimSql, TRANSACTION_CLAIM } from './claim.sql.js';
 
 /** Connections that have prepared the transaction claim. A pool's connections outlive any one module. */

@@ -107,6 +107,17 @@ UPDATE processed_events SET lease_expires_at = now() + $4::double precision * in
 WHERE scope = $1 AND event_key = $2 AND lease_token = $3 AND status = 'in_progress'`,
 };
 
+/**
+ * For `expireLease()` in tests: ends an in-progress lease now, as if its worker had died.
+ * $1 scope, $2 key.
+ */
+export const EXPIRE_LEASE: ClaimStatement = {
+  name: 'idempotency_expire_lease',
+  text: `
+UPDATE processed_events SET lease_expires_at = now()
+WHERE scope = $1 AND event_key = $2 AND status = 'in_progress'`,
+};
+
 /** The current attempt number of a claim, for the lease-lost log. $1 scope, $2 key. */
 export const CURRENT_ATTEMPT: ClaimStatement = {
   name: 'idempotency_current_attempt',

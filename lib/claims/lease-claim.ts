@@ -2,11 +2,11 @@ import { randomUUID } from 'node:crypto';
 import { Inject, Injectable, Logger } from '@nestjs/common';
 import type { DataSource, EntityManager } from 'typeorm';
 import { DEFAULTS, IDEMPOTENCY_CONFIG, IDEMPOTENCY_DATA_SOURCE } from '../idempotency.constants.js';
-import { completionFailed, leaseLost, releaseFailed } from '../idempotency.messages.js';
+import { completionFailed, leaseLost, releaseFailed, statementForgotten } from '../idempotency.messages.js';
 import { IdempotencyMetrics } from '../idempotency.metrics.js';
 import type { IdempotencyConfig, IdempotentWebhookMetadata } from '../interfaces/index.js';
-import { claimUnavailable, errorCode, type ClaimResult } from './claim-result.js';
-import { claimQuery, pgPoolOf, UNKNOWN_PREPARED_STATEMENT, type ClaimStatement } from './claim-statement.js';
+import { claimUnavailable, errorCode, UNKNOWN_PREPARED_STATEMENT, type ClaimResult } from './claim-result.js';
+import { claimQuery, pgPoolOf, type ClaimStatement } from './claim-statement.js';
 import {
   CLAIM_STATE,
   CURRENT_ATTEMPT,
@@ -34,6 +34,8 @@ const MAX_CLAIM_ROUNDS = 3;
 
 /** Sends of one statement whose connections had forgotten it (see execute()). */
 const MAX_STATEMENT_SENDS = 3;
+/** The forgotten-statement warning repeats at most this often. */
+const FORGOTTEN_WARNING_EVERY_MS = 60_000;
 
 /**
  * External mode (seed "fix two"): a three-state claim for work that leaves the database. A live
@@ -44,6 +46,7 @@ const MAX_STATEMENT_SENDS = 3;
 @Injectable()
 export class LeaseClaim {
   private readonly logger = new Logger('IdempotencyModule');
+  private lastForgottenWarning = -Infinity;
 
   constructor(
     @Inject(IDEMPOTENCY_DATA_SOURCE) private readonly dataSource: DataSource,
@@ -134,18 +137,18 @@ export class LeaseClaim {
       0,
       DEFAULTS.maxErrorLength,
     );
+    let lost: boolean;
     try {
-      if ((await this.update(LEASE_FAIL, [meta.scope, key, token, message])) === 1) {
-        this.metrics.count('failed', meta.scope, key);
-        return;
-      }
-      // Another worker holds the event now; the failure marks nothing, and what this attempt did
-      // outside the database before it threw may run again under the new holder.
-      await this.reportLeaseLost(meta, key, attempt);
+      lost = (await this.update(LEASE_FAIL, [meta.scope, key, token, message])) === 0;
     } catch (releaseError) {
-      this.metrics.count('failed', meta.scope, key);
+      // Not marked, yet still this worker's failure: the lease expires and the event is re-claimed.
+      lost = false;
       this.logger.error(releaseFailed(meta.scope, key, releaseError));
     }
+    // Lost: another worker holds the event now. The failure marked nothing, and what this attempt
+    // did outside the database before it threw may run again under the new holder.
+    if (lost) await this.reportLeaseLost(meta, key, attempt);
+    else this.metrics.count('failed', meta.scope, key);
   }
 
   /** A fenced completion or failure matched nothing: the lease was taken over meanwhile. */
@@ -204,7 +207,8 @@ export class LeaseClaim {
    * it: no QueryRunner, and TypeORM's query() cannot send a prepared statement. pg remembers what
    * it prepared on each connection; when someone has run DEALLOCATE ALL or DISCARD ALL on one, the
    * statement fails there without running, pg-pool drops that connection, and it is sent again on
-   * another, where pg prepares it anew.
+   * another, where pg prepares it anew. Each such miss costs a new connection, so it is logged:
+   * many of them mean a pooler in transaction mode.
    */
   private async execute(statement: ClaimStatement, parameters: unknown[]) {
     const query = claimQuery(statement, parameters, this.config.preparedStatements);
@@ -213,6 +217,11 @@ export class LeaseClaim {
         return await pgPoolOf(this.dataSource).query(query);
       } catch (error) {
         if (send >= MAX_STATEMENT_SENDS || errorCode(error) !== UNKNOWN_PREPARED_STATEMENT) throw error;
+        const now = Date.now();
+        if (now - this.lastForgottenWarning >= FORGOTTEN_WARNING_EVERY_MS) {
+          this.lastForgottenWarning = now;
+          this.logger.warn(statementForgotten(statement.name));
+        }
       }
     }
   }

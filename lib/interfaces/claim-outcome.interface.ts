@@ -4,7 +4,8 @@
  * - `replayed`: already done; answered 200 with `Idempotent-Replayed: true`, handler not called.
  * - `in_flight`: another worker holds the claim; answered 409 (or 503) with `Retry-After`.
  * - `reclaimed`: an expired lease or a failed attempt was taken over; the handler ran again.
- * - `failed`: the handler threw; the claim was rolled back (transaction) or marked failed (external).
+ * - `failed`: the handler threw; the claim was rolled back (transaction), or marked failed (external;
+ *   should the mark itself fail, the lease expires and the event is re-claimed then).
  * - `lease_lost`: an external handler returned or threw after another worker took its lease over.
  * - `expired`: the reporter found a lease whose worker died holding it.
  */

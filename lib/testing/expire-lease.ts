@@ -1,19 +1,18 @@
 import type { DataSource } from 'typeorm';
-import { PROCESSED_EVENTS_TABLE } from '../idempotency.constants.js';
+import { claimQuery, pgPoolOf } from '../claims/claim-statement.js';
+import { EXPIRE_LEASE } from '../claims/claim.sql.js';
 
 /**
- * Ends the lease of an external-mode claim now, as if the worker holding it had died: the next
- * delivery of the key re-claims it (attempt + 1), the worker still holding it finds its lease lost
- * when it finishes, and the expired-lease reporter sees it. For tests of what happens after a
- * crash, without waiting out `leaseMs`. Resolves false, changing nothing, when the key has no
+ * Ends the lease of an external-mode claim now, as if the worker holding it had died, so a test of
+ * what follows a crash need not wait out `leaseMs`: the next delivery of the key re-claims it
+ * (attempt + 1), and the reporter sees it expired until then. A handler still running under that
+ * lease finds it lost once another delivery has re-claimed the event (its completion or failure
+ * changes nothing and counts `lease_lost`); before that, its heartbeat or `extendLease()` brings
+ * the lease back, as for any slow worker. Resolves false, changing nothing, when the key has no
  * in-progress claim under `scope` (done, failed, or never claimed).
  */
 export async function expireLease(dataSource: DataSource, scope: string, key: string): Promise<boolean> {
-  // TypeORM answers an UPDATE on postgres with [rows, rowCount].
-  const [, updated] = (await dataSource.query(
-    `UPDATE ${PROCESSED_EVENTS_TABLE} SET lease_expires_at = now()
-     WHERE scope = $1 AND event_key = $2 AND status = 'in_progress'`,
-    [scope, key],
-  )) as [unknown, number];
-  return updated === 1;
+  // Unnamed: a test helper has no plan worth keeping on the app's connections.
+  const result = await pgPoolOf(dataSource).query(claimQuery(EXPIRE_LEASE, [scope, key], false));
+  return result.rowCount === 1;
 }

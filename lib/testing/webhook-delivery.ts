@@ -9,13 +9,11 @@ export interface WebhookDelivery {
   manager: EntityManager;
   /** The claim's scope. @default 'test' */
   scope?: string;
-  /** @default the scope */
-  source?: string;
   /** External mode's fencing token; setting it makes the delivery external. @default undefined (transaction mode) */
   leaseToken?: string;
-  /** External mode: which claim of the event this is. @default 1 when `leaseToken` is set */
+  /** External mode only (with `leaseToken`): which claim of the event this is. @default 1 */
   attempt?: number;
-  /** External mode: what `IdempotencyContext.extendLease()` does. @default resolves true (the lease is held) */
+  /** External mode only (with `leaseToken`): what `IdempotencyContext.extendLease()` does. @default resolves true (the lease is held) */
   extendLease?: (ms?: number) => Promise<boolean>;
 }
 
@@ -34,15 +32,21 @@ export interface WebhookDelivery {
 export function runAsWebhookDelivery<T>(delivery: WebhookDelivery, fn: () => T): T {
   const scope = delivery.scope ?? 'test';
   const external = delivery.leaseToken !== undefined;
+  if (!external && (delivery.attempt !== undefined || delivery.extendLease !== undefined)) {
+    // Silently dropping them would leave the test wondering why extendLease() throws.
+    throw new TypeError(
+      'runAsWebhookDelivery: attempt and extendLease belong to external mode; set leaseToken too',
+    );
+  }
   return runInIdempotencyContext(
     {
       key: delivery.key,
       scope,
-      source: delivery.source ?? scope,
+      source: scope,
       external,
       manager: delivery.manager,
       leaseToken: delivery.leaseToken,
-      attempt: delivery.attempt ?? (external ? 1 : undefined),
+      attempt: external ? (delivery.attempt ?? 1) : undefined,
       extendLease: external ? (delivery.extendLease ?? (() => Promise.resolve(true))) : undefined,
     },
     fn,

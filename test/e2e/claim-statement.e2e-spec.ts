@@ -1,10 +1,11 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { randomUUID } from 'node:crypto';
 import type { PoolClient } from 'pg';
 import { DataSource } from 'typeorm';
 import request from 'supertest';
 import { IdempotencyMetrics, type IdempotencyModuleOptions } from '../../lib/index.js';
 import { pgPoolOf } from '../../lib/claims/claim-statement.js';
-import { PREPARE_TRANSACTION_CLAIM } from '../../lib/claims/claim.sql.js';
+import { LEASE_CLAIM, PREPARE_TRANSACTION_CLAIM } from '../../lib/claims/claim.sql.js';
 import { ADAPTERS, startApp, type RunningApp } from '../support/app.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import { LogCapture } from '../support/log-capture.js';
@@ -370,6 +371,44 @@ describe.each(ADAPTERS)('one-round-trip transaction claim (%s)', (adapter) => {
           );
           expect(rows).toEqual([{ status: 'done', attempts: 1 }]);
         }
+      });
+    });
+
+    it('answers 503 after three connections in a row had forgotten the statement, and warns once', async () => {
+      await withApp({ poolSize: 3 }, async (running) => {
+        const logs = new LogCapture();
+        running.app.useLogger(logs);
+        // Three connections on which pg has prepared the lease claim and Postgres has forgotten it.
+        const pool = pgPoolOf(running.app.get(DataSource));
+        const clients = await Promise.all([pool.connect(), pool.connect(), pool.connect()]);
+        for (const [index, client] of clients.entries()) {
+          const warmKey = `evt_warm_${index}_${adapter}`;
+          await client.query({
+            name: LEASE_CLAIM.name,
+            text: LEASE_CLAIM.text,
+            values: ['Warm.scope', warmKey, 'warm', randomUUID(), 60_000],
+          });
+          await client.query('DEALLOCATE ALL');
+        }
+        for (const client of clients) client.release();
+
+        const id = `evt_forgotten_thrice_${adapter}`;
+        const refused = await request(running.url).post('/claims/external').send({ id });
+        expect(refused.status).toBe(503);
+        expect(refused.headers['retry-after']).toBeDefined();
+        expect(handled(running, 'external', id)).toBe(0);
+        expect(await claims(id)).toBe(0);
+        expect(await orders(id)).toBe(0);
+        // The three were dropped; the warning is not repeated for each.
+        expect(pool.totalCount).toBe(0);
+        expect(
+          logs.find('warn', 'had forgotten the prepared statement idempotency_lease_claim'),
+        ).toHaveLength(1);
+
+        // The sender's retry gets a fresh connection.
+        await deliverTwice(running, '/claims/external', id);
+        expect(handled(running, 'external', id)).toBe(1);
+        expect(await orders(id)).toBe(1);
       });
     });
 

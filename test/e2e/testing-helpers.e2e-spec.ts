@@ -17,10 +17,7 @@ describe('testing helpers', () => {
 
   beforeAll(async () => {
     db = await createTestDatabase();
-    // A lease far longer than the test: only expireLease() can end it.
-    running = await startApp('express', [
-      WebhookFixtureModule.forDatabase({ databaseUrl: db.url, idempotency: { leaseMs: 600_000 } }),
-    ]);
+    running = await startApp('express', [WebhookFixtureModule.forDatabase({ databaseUrl: db.url })]);
   });
 
   afterAll(async () => {
@@ -119,6 +116,20 @@ describe('testing helpers', () => {
       expect(lost).toEqual({ attempt: 3, held: false });
       expect(asked).toEqual([5_000]);
     });
+
+    it('refuses attempt or extendLease without a leaseToken, running nothing', () => {
+      const manager = running.app.get(DataSource).manager;
+      let ran = false;
+      const run = () => {
+        ran = true;
+      };
+      const refusal = 'attempt and extendLease belong to external mode; set leaseToken too';
+      expect(() => runAsWebhookDelivery({ key: 'evt_bad', manager, attempt: 2 }, run)).toThrow(refusal);
+      expect(() =>
+        runAsWebhookDelivery({ key: 'evt_bad', manager, extendLease: () => Promise.resolve(true) }, run),
+      ).toThrow(refusal);
+      expect(ran).toBe(false);
+    });
   });
 
   describe.each(ADAPTERS)('expireLease (%s)', (adapter) => {
@@ -126,6 +137,7 @@ describe('testing helpers', () => {
     let gates: Gates;
 
     beforeAll(async () => {
+      // A lease far longer than the test: only expireLease() can end it.
       app = await startApp(adapter, [
         WebhookFixtureModule.forDatabase({ databaseUrl: db.url, idempotency: { leaseMs: 600_000 } }),
       ]);
