@@ -2,8 +2,9 @@ import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import request from 'supertest';
 import { ADAPTERS, startApp, type RunningApp } from '../support/app.js';
 import { createTestDatabase, lockWaiters, type TestDatabase } from '../support/database.js';
+import { parkDelivery } from '../support/parked-delivery.js';
 import { waitUntil } from '../support/wait-until.js';
-import { Gates, WebhookFixtureModule } from '../fixtures/webhook-fixture.module.js';
+import { WebhookFixtureModule } from '../fixtures/webhook-fixture.module.js';
 
 /** A bound short enough that a duplicate storm gives its connections back quickly. */
 const SHORT_WAIT_MS = 200;
@@ -64,9 +65,7 @@ describe.each(ADAPTERS)('bounded wait for concurrent duplicates (%s)', (adapter)
 
   it('answers duplicates of a held claim 409 + Retry-After after the bound, while unrelated events complete', async () => {
     const id = `evt_held_${adapter}`;
-    const gates = short.app.get(Gates);
-    const held = deliver(short, { id, block: true });
-    await gates.entered(id);
+    const { answer: held, gates } = await parkDelivery(short, '/orders', { id });
 
     // More duplicates than the pool has free connections, plus unrelated events behind them.
     const duplicates = Array.from({ length: 12 }, () => deliver(short, { id }));
@@ -102,9 +101,7 @@ describe.each(ADAPTERS)('bounded wait for concurrent duplicates (%s)', (adapter)
 
   it('also bounds duplicates that arrive at another replica, which wait in Postgres', async () => {
     const id = `evt_replica_held_${adapter}`;
-    const gates = short.app.get(Gates);
-    const held = deliver(short, { id, block: true });
-    await gates.entered(id);
+    const { answer: held, gates } = await parkDelivery(short, '/orders', { id });
     const answers = await Promise.all(Array.from({ length: 12 }, () => deliver(shortReplica, { id })));
     for (const answer of answers) {
       expect(answer.status).toBe(409);
@@ -118,9 +115,7 @@ describe.each(ADAPTERS)('bounded wait for concurrent duplicates (%s)', (adapter)
 
   it('keeps same-process duplicates off the pool: more duplicates than connections leave room for unrelated events', async () => {
     const id = `evt_single_flight_${adapter}`;
-    const gates = long.app.get(Gates);
-    const held = deliver(long, { id, block: true });
-    await gates.entered(id);
+    const { answer: held, gates } = await parkDelivery(long, '/orders', { id });
 
     // Three times the pool, each allowed to wait 30 s: waiting in Postgres they would hold every
     // connection until the held delivery ends, and the unrelated events below could not finish.
@@ -155,9 +150,7 @@ describe.each(ADAPTERS)('bounded wait for concurrent duplicates (%s)', (adapter)
     // Postgres; the later ones wait in memory. When the first gives up (409), one waiter takes its
     // place and the rest keep waiting on that one: at most one session of this app on the lock.
     const id = `evt_no_stampede_${adapter}`;
-    const gates = short.app.get(Gates);
-    const held = deliver(short, { id, block: true });
-    await gates.entered(id);
+    const { answer: held, gates } = await parkDelivery(short, '/orders', { id });
     const first = deliver(medium, { id });
     await waitUntil(async () => (await lockWaiters(db)) === 1, 'the first duplicate to wait on the lock');
     // The later ones arrive halfway through the first's wait, so they still have half their own
@@ -187,9 +180,7 @@ describe.each(ADAPTERS)('bounded wait for concurrent duplicates (%s)', (adapter)
 
   it('answers duplicates 200 replayed when the first delivery commits within the bound', async () => {
     const id = `evt_commits_${adapter}`;
-    const gates = long.app.get(Gates);
-    const held = deliver(long, { id, block: true });
-    await gates.entered(id);
+    const { answer: held, gates } = await parkDelivery(long, '/orders', { id });
 
     const duplicates = Array.from({ length: 5 }, () => deliver(replica, { id }));
     // The replica sends one of them to Postgres; the other four wait on that one in process.
@@ -209,9 +200,7 @@ describe.each(ADAPTERS)('bounded wait for concurrent duplicates (%s)', (adapter)
 
   it('lets a waiting duplicate claim and run when the first delivery rolls back', async () => {
     const id = `evt_rolls_back_${adapter}`;
-    const gates = long.app.get(Gates);
-    const held = deliver(long, { id, block: true, fail: true });
-    await gates.entered(id);
+    const { answer: held, gates } = await parkDelivery(long, '/orders', { id, fail: true });
 
     const duplicate = deliver(replica, { id });
     await waitUntil(async () => (await lockWaiters(db)) === 1, 'the duplicate to wait on the claim');

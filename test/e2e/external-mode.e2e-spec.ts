@@ -6,6 +6,7 @@ import { ADAPTERS, startApp, type AdapterName, type RunningApp } from '../suppor
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import { claimRow, downstreamCalls } from '../support/lease-rows.js';
 import { waitUntil } from '../support/wait-until.js';
+import { parkDelivery } from '../support/parked-delivery.js';
 
 /** Caps the lease-derived Retry-After; far below the fixture's default 5-minute lease. */
 const RETRY_AFTER_CAP = 5;
@@ -51,8 +52,7 @@ describe.each(ADAPTERS)('external mode (%s)', (adapter) => {
 
   it('answers an in-flight duplicate 409 with Retry-After, then replays once the first is done', async () => {
     const id = 'evt_ext_seq';
-    const first = deliver(running.url, '/external', { id, block: true });
-    await gates.entered(id);
+    const { answer: first } = await parkDelivery(running, '/external', { id });
 
     const duplicate = await request(running.url).post('/external').send({ id });
     expect(duplicate.status).toBe(409);
@@ -79,8 +79,7 @@ describe.each(ADAPTERS)('external mode (%s)', (adapter) => {
 
   it('derives Retry-After from the time left on the lease (at least 1 s, at most the lease)', async () => {
     const id = 'evt_ext_retry_after';
-    const first = deliver(running.url, '/external/short-lease', { id, block: true });
-    await gates.entered(id);
+    const { answer: first } = await parkDelivery(running, '/external/short-lease', { id });
 
     const duplicate = await request(running.url).post('/external/short-lease').send({ id });
     expect(duplicate.status).toBe(409);
@@ -185,8 +184,7 @@ describe.each(ADAPTERS)('external mode (%s)', (adapter) => {
     const strictGates = strict.app.get(Gates);
     try {
       const id = 'evt_ext_503';
-      const first = deliver(strict.url, '/external', { id, block: true });
-      await strictGates.entered(id);
+      const { answer: first } = await parkDelivery(strict, '/external', { id });
 
       const duplicate = await request(strict.url).post('/external').send({ id });
       expect(duplicate.status).toBe(503);

@@ -7,6 +7,7 @@ import { ADAPTERS, startApp, type RunningApp } from '../support/app.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import { claimRow, downstreamCalls, leaseExpired } from '../support/lease-rows.js';
 import { LogCapture } from '../support/log-capture.js';
+import { parkDelivery } from '../support/parked-delivery.js';
 import { waitUntil } from '../support/wait-until.js';
 
 const EXTERNAL = 'FixtureController.external';
@@ -50,11 +51,7 @@ describe.each(ADAPTERS)('external mode fencing (%s)', (adapter) => {
 
   /** A claims `id` and parks; resolves once B could re-claim it (A's lease ran out by the database clock). */
   async function parkPastLease(body: { id: string; fail?: boolean }) {
-    const answerA = request(workerA.url)
-      .post('/external')
-      .send({ ...body, block: true })
-      .then((answer) => answer);
-    await gatesA.entered(body.id);
+    const { answer: answerA } = await parkDelivery(workerA, '/external', body);
     const claimA = await claimRow(db, EXTERNAL, body.id);
     expect(claimA).toMatchObject({ status: 'in_progress', attempts: 1 });
     await waitUntil(() => leaseExpired(db, EXTERNAL, body.id), `A's lease on ${body.id} to expire`);
@@ -125,11 +122,7 @@ describe.each(ADAPTERS)('external mode fencing (%s)', (adapter) => {
     const id = `evt_fence_overlap_${fail ? 'fail' : 'done'}`;
     const lostOnB = outcomes(workerB).lease_lost ?? 0;
     const { answerA } = await parkPastLease({ id, fail });
-    const answerB = request(workerB.url)
-      .post('/external')
-      .send({ id, block: true })
-      .then((answer) => answer);
-    await gatesB.entered(id);
+    const { answer: answerB } = await parkDelivery(workerB, '/external', { id });
     const rowB = await claimRow(db, EXTERNAL, id);
     expect(rowB).toMatchObject({ status: 'in_progress', attempts: 2 });
 

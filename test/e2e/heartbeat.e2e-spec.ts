@@ -6,6 +6,7 @@ import { FixtureController, Gates, WebhookFixtureModule } from '../fixtures/webh
 import { ADAPTERS, startApp, type RunningApp } from '../support/app.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import { claimRow, downstreamCalls, leaseExpired } from '../support/lease-rows.js';
+import { parkDelivery } from '../support/parked-delivery.js';
 import { waitUntil } from '../support/wait-until.js';
 
 const HEARTBEAT = 'ExternalFixtureController.withHeartbeat';
@@ -50,12 +51,6 @@ describe.each(ADAPTERS)('external mode lease renewal (%s)', (adapter) => {
     await db?.drop();
   });
 
-  const deliver = (path: string, body: object) =>
-    request(running.url)
-      .post(path)
-      .send(body)
-      .then((answer) => answer);
-
   /** True once the database clock is `ms` past the claim of `key`. */
   const claimedMoreThan = async (scope: string, key: string, ms: number) => {
     const { rows } = await db.pool.query(
@@ -71,8 +66,7 @@ describe.each(ADAPTERS)('external mode lease renewal (%s)', (adapter) => {
 
   it('keeps the lease of a handler parked longer than its lease with heartbeat: true', async () => {
     const id = 'evt_hb_on';
-    const first = deliver('/external/heartbeat', { id, block: true });
-    await gates.entered(id);
+    const { answer: first } = await parkDelivery(running, '/external/heartbeat', { id });
     const claimed = await claimRow(db, HEARTBEAT, id);
 
     // Twice the lease: without renewal it would have expired long ago.
@@ -102,8 +96,7 @@ describe.each(ADAPTERS)('external mode lease renewal (%s)', (adapter) => {
   it('lets the lease of a parked handler expire without heartbeat, so a duplicate re-claims', async () => {
     const id = 'evt_hb_off';
     const lostBefore = leaseLost();
-    const first = deliver('/external/no-heartbeat', { id, block: true });
-    await gates.entered(id);
+    const { answer: first } = await parkDelivery(running, '/external/no-heartbeat', { id });
     const claimed = await claimRow(db, NO_HEARTBEAT, id);
 
     await waitUntil(() => leaseExpired(db, NO_HEARTBEAT, id), 'the lease to expire');
@@ -125,8 +118,7 @@ describe.each(ADAPTERS)('external mode lease renewal (%s)', (adapter) => {
 
   it('extendLease() pushes the expiry while the lease is held', async () => {
     const id = 'evt_extend_held';
-    const first = deliver('/external/extend', { id, block: true });
-    await gates.entered(id);
+    const { answer: first } = await parkDelivery(running, '/external/extend', { id });
     const claimed = await claimRow(db, EXTEND, id);
 
     gates.open(id);
@@ -140,16 +132,11 @@ describe.each(ADAPTERS)('external mode lease renewal (%s)', (adapter) => {
 
   it('extendLease() returns false once another worker has taken the lease over', async () => {
     const id = 'evt_extend_lost';
-    const first = deliver('/external/extend', { id, block: true });
-    await gates.entered(id);
+    const { answer: first } = await parkDelivery(running, '/external/extend', { id });
     await waitUntil(() => leaseExpired(db, EXTEND, id), 'the lease to expire');
 
     // Worker B (another app, its own gates) re-claims and parks, so the row is B's live lease.
-    const takeover = request(other.url)
-      .post('/external/extend')
-      .send({ id, block: true })
-      .then((answer) => answer);
-    await otherGates.entered(id);
+    const { answer: takeover } = await parkDelivery(other, '/external/extend', { id });
     const rowB = await claimRow(db, EXTEND, id);
     expect(rowB).toMatchObject({ status: 'in_progress', attempts: 2 });
 

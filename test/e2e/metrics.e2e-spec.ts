@@ -14,6 +14,7 @@ import { ADAPTERS, startApp, type RunningApp } from '../support/app.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import { downstreamCalls, leaseExpired } from '../support/lease-rows.js';
 import { waitUntil } from '../support/wait-until.js';
+import { parkDelivery } from '../support/parked-delivery.js';
 
 const EXTERNAL = 'FixtureController.external';
 
@@ -54,12 +55,7 @@ describe.each(ADAPTERS)('idempotency metrics (%s)', (adapter) => {
   });
 
   const post = (body: object) => request(running.url).post('/external').send(body);
-  /** Parks a delivery at its gate; the answer is wrapped, or awaiting park() would await it too. */
-  const park = async (id: string) => {
-    const answer = post({ id, block: true }).then((response) => response);
-    await gates.entered(id);
-    return { answer };
-  };
+  const park = (id: string) => parkDelivery(running, '/external', { id });
 
   it('counts every outcome in prom-client, snapshot() and the onOutcome hook', async () => {
     // claimed, then replayed

@@ -5,7 +5,8 @@ import request from 'supertest';
 import type { IdempotencyModuleOptions } from '../../lib/index.js';
 import { ADAPTERS, startApp, type RunningApp } from '../support/app.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
-import { Gates, WebhookFixtureModule } from '../fixtures/webhook-fixture.module.js';
+import { parkDelivery } from '../support/parked-delivery.js';
+import { WebhookFixtureModule } from '../fixtures/webhook-fixture.module.js';
 import {
   AsyncConfigAppModule,
   InvalidOptionsAppModule,
@@ -50,13 +51,8 @@ describe.each(ADAPTERS)('module configuration (%s)', (adapter) => {
     expect(await count(main, 'orders', id)).toBe(1);
 
     // The factory's values are in force: a duplicate of a held claim gets its Retry-After.
-    const gates = running.app.get(Gates);
     const heldId = `evt_async_held_${adapter}`;
-    const held = request(running.url)
-      .post('/orders')
-      .send({ id: heldId, block: true })
-      .then((answer) => answer);
-    await gates.entered(heldId);
+    const { answer: held, gates } = await parkDelivery(running, '/orders', { id: heldId });
     const duplicate = await request(running.url).post('/orders').send({ id: heldId });
     expect(duplicate.status).toBe(409);
     expect(duplicate.headers['retry-after']).toBe('7');

@@ -1,10 +1,10 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import request from 'supertest';
 import { ADAPTERS, startApp, type RunningApp } from '../support/app.js';
 import { LogCapture } from '../support/log-capture.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import { waitUntil } from '../support/wait-until.js';
-import { Gates, WebhookFixtureModule } from '../fixtures/webhook-fixture.module.js';
+import { parkDelivery } from '../support/parked-delivery.js';
+import { WebhookFixtureModule } from '../fixtures/webhook-fixture.module.js';
 
 const WARN_AFTER_MS = 50;
 /**
@@ -41,12 +41,7 @@ describe.each(ADAPTERS)('slow transaction warning (%s)', (adapter) => {
 
   /** Parks a delivery in its transaction until Postgres reports the transaction old enough. */
   const slowDelivery = async (id: string) => {
-    const gates = running.app.get(Gates);
-    const answer = request(running.url)
-      .post('/orders')
-      .send({ id, block: true })
-      .then((response) => response);
-    await gates.entered(id);
+    const { answer, gates } = await parkDelivery(running, '/orders', { id });
     const oldEnough = async () => {
       const old = await db.count(
         `SELECT count(*) FROM pg_stat_activity

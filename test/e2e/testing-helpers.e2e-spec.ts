@@ -7,6 +7,7 @@ import { Gates, OrdersService, WebhookFixtureModule } from '../fixtures/webhook-
 import { ADAPTERS, startApp, type RunningApp } from '../support/app.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import { claimRow, downstreamCalls } from '../support/lease-rows.js';
+import { parkDelivery } from '../support/parked-delivery.js';
 
 const EXTERNAL = 'FixtureController.external';
 
@@ -149,11 +150,7 @@ describe('testing helpers', () => {
 
     it('ends a live lease at once: a duplicate re-claims it and the parked worker finds its lease lost', async () => {
       const id = `evt_expire_${adapter}`;
-      const parked = request(app.url)
-        .post('/external')
-        .send({ id, block: true })
-        .then((answer) => answer);
-      await gates.entered(id);
+      const parked = await parkDelivery(app, '/external', { id });
       const inFlight = await request(app.url).post('/external').send({ id });
       expect(inFlight.status).toBe(409);
 
@@ -163,7 +160,7 @@ describe('testing helpers', () => {
       expect(reclaimed.body).toEqual({ processed: id, attempt: 2 });
 
       gates.open(id);
-      expect((await parked).body).toEqual({ processed: id, attempt: 1 });
+      expect((await parked.answer).body).toEqual({ processed: id, attempt: 1 });
       expect(await claimRow(db, EXTERNAL, id)).toMatchObject({ status: 'done', attempts: 2 });
       expect(await downstreamCalls(db, id)).toEqual([{ attempt: 2 }, { attempt: 1 }]);
       const outcomes = app.app.get(IdempotencyMetrics).snapshot().claims[EXTERNAL];

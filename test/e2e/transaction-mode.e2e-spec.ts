@@ -2,7 +2,8 @@ import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import request from 'supertest';
 import { ADAPTERS, startApp, type RunningApp } from '../support/app.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
-import { Gates, WebhookFixtureModule } from '../fixtures/webhook-fixture.module.js';
+import { parkDelivery } from '../support/parked-delivery.js';
+import { WebhookFixtureModule } from '../fixtures/webhook-fixture.module.js';
 
 describe.each(ADAPTERS)('transaction mode (%s)', (adapter) => {
   let db: TestDatabase;
@@ -88,12 +89,7 @@ describe.each(ADAPTERS)('transaction mode (%s)', (adapter) => {
   });
 
   it('keeps unrelated events flowing while one claim is held', async () => {
-    const gates = running.app.get(Gates);
-    const held = request(running.url)
-      .post('/orders')
-      .send({ id: 'evt_held', block: true })
-      .then((r) => r);
-    await gates.entered('evt_held');
+    const { answer: held, gates } = await parkDelivery(running, '/orders', { id: 'evt_held' });
     await request(running.url).post('/orders').send({ id: 'evt_other' }).expect(200);
     expect(await orders('evt_other')).toBe(1);
     gates.open('evt_held');
