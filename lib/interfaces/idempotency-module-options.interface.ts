@@ -96,8 +96,9 @@ export interface IdempotencyModuleOptions {
    * as one query (one round trip less than a separate BEGIN), external mode sends protocol-level
    * named statements. Set `false` behind a pooler in transaction mode (PgBouncer
    * `pool_mode = transaction`, RDS Proxy), where a delivery can land on a server connection that
-   * never prepared them and the claim would fail with 503; transaction mode then lets TypeORM
-   * start the transaction and sends the claim unprepared.
+   * never prepared them: the library prepares again or reconnects, paying round trips and
+   * connections, and answers 503 when several misses come in a row. With `false`, transaction
+   * mode lets TypeORM start the transaction and sends the claim unprepared.
    * @default true
    */
   preparedStatements?: boolean;
