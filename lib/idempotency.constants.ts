@@ -1,6 +1,9 @@
 /** Metadata key under which `@IdempotentWebhook` stores its resolved options on the handler. */
 export const IDEMPOTENT_WEBHOOK_METADATA = 'idempotency:webhook';
 
+/** Metadata key under which `@Idempotent` stores its resolved options on the method's wrapper. */
+export const IDEMPOTENT_METHOD_METADATA = 'idempotency:method';
+
 /** DI token of the DataSource the claims run on (the default one or the one named in `dataSource`). */
 export const IDEMPOTENCY_DATA_SOURCE = Symbol('IDEMPOTENCY_DATA_SOURCE');
 

@@ -1,7 +1,9 @@
-/** Error and log message factories, so wording stays consistent and testable. */
+/** Error and log message factories, so wording stays consistent and testable. Every message lives here. */
+
+const describe = (error: unknown) => (error instanceof Error ? error.message : String(error));
 
 export const keyExtractorThrew = (scope: string, error: unknown) =>
-  `Idempotency key extractor of ${scope} threw: ${error instanceof Error ? error.message : String(error)}`;
+  `Idempotency key extractor of ${scope} threw: ${describe(error)}`;
 
 export const keyNotString = (scope: string, value: unknown) =>
   `Idempotency key of ${scope} must be a string, got ${value === null ? 'null' : typeof value}`;
@@ -30,7 +32,7 @@ export const transactionAbortedLog = (scope: string, key: string) =>
   `Handler of ${scope} returned for key ${key} after a statement in its transaction failed; PostgreSQL rolled the COMMIT back and nothing was written. Let database errors propagate, or recover from them inside a nested manager.transaction()`;
 
 export const claimFailedLog = (scope: string, key: string, code: string | undefined, error: unknown) =>
-  `Claim of ${scope} key ${key} failed (SQLSTATE ${code ?? 'none'}): ${error instanceof Error ? error.message : String(error)}`;
+  `Claim of ${scope} key ${key} failed (SQLSTATE ${code ?? 'none'}): ${describe(error)}`;
 
 export const slowTransaction = (scope: string, ms: number, limit: number) =>
   `${scope} held its transaction for ${ms} ms (more than ${limit} ms); if it calls something outside the database, mark it @IdempotentWebhook({ external: true })`;
@@ -39,13 +41,13 @@ export const leaseLost = (scope: string, key: string, mine: number, current: num
   `Lease lost: ${scope} key ${key} finished attempt ${mine} after its lease was taken over (current attempt ${current ?? 'unknown'}); the side effect may have run twice`;
 
 export const completionFailed = (scope: string, key: string, error: unknown) =>
-  `Could not mark ${scope} key ${key} done after its handler succeeded: ${error instanceof Error ? error.message : String(error)}; the lease will expire and be reported`;
+  `Could not mark ${scope} key ${key} done after its handler succeeded: ${describe(error)}; the lease will expire and be reported`;
 
 export const statementForgotten = (name: string) =>
   `A pooled connection had forgotten the prepared statement ${name} (DEALLOCATE ALL, DISCARD ALL, or a pooler in transaction mode); it was dropped and the statement sent on another. Behind a transaction-mode pooler, set preparedStatements: false`;
 
 export const releaseFailed = (scope: string, key: string, error: unknown) =>
-  `Could not mark ${scope} key ${key} failed: ${error instanceof Error ? error.message : String(error)}; it becomes claimable when its lease expires`;
+  `Could not mark ${scope} key ${key} failed: ${describe(error)}; it becomes claimable when its lease expires`;
 
 export const expiredLease = (scope: string, key: string, attempts: number, ago: number) =>
   `expired lease: ${scope} key ${key} (attempt ${attempts}) expired ${Math.round(ago / 1000)} s ago; its worker probably died`;
@@ -58,5 +60,60 @@ export const poisonEvent = (scope: string, key: string, attempts: number, lastEr
 export const noScheduler = () =>
   'ScheduleModule is not imported: expired leases will not be reported. Import ScheduleModule.forRoot() once in your app, or set reporter: false.';
 
-export const hookFailed = (hook: string, error: unknown) =>
-  `${hook} threw: ${error instanceof Error ? error.message : String(error)}`;
+export const hookFailed = (hook: string, error: unknown) => `${hook} threw: ${describe(error)}`;
+
+export const reportFailed = (error: unknown) => `Expired-lease report failed: ${describe(error)}`;
+
+export const heartbeatFailed = (scope: string, key: string, error: unknown) =>
+  `Heartbeat of ${scope} key ${key} failed: ${describe(error)}`;
+
+export const handlerDatabaseFailedLog = (
+  scope: string,
+  key: string,
+  code: string | undefined,
+  error: unknown,
+) =>
+  `Handler of ${scope} key ${key} lost the database (SQLSTATE ${code ?? 'none'}): ${describe(error)}; nothing is marked done, answered as unavailable so the sender retries`;
+
+export const commitAmbiguousLog = (scope: string, key: string, code: string | undefined, error: unknown) =>
+  `COMMIT of ${scope} key ${key} may have committed; the redelivery will tell (SQLSTATE ${code ?? 'none'}): ${describe(error)}`;
+
+export const outsideContext = () =>
+  'IdempotencyContext used outside an idempotent handler (@IdempotentWebhook, @Idempotent or IdempotencyService.run)';
+
+export const outsideTransaction = () =>
+  '@WebhookTransaction() is only available in an @IdempotentWebhook handler';
+
+export const notExternal = (what: string) => `${what} is only available in external mode handlers`;
+
+export const unsupportedDriver = (type: string) =>
+  `IdempotencyModule needs a DataSource on the postgres driver (node-postgres), got type '${type}'`;
+
+export const typeormInternalsMoved = (missing: string[]) =>
+  `IdempotencyModule cannot run on this TypeORM: ${missing.join(', ')} moved or changed (see lib/postgres/typeorm-internals.ts). Use a supported TypeORM (0.3.x or 1.x) and report the version`;
+
+export const badClaimOption = (where: string, detail: string) => `${where} ${detail}`;
+
+export const missingKeyFunction = (where: string) =>
+  `${where} needs a key function, e.g. { key: (event) => event.id }`;
+
+export const methodNotBound = (scope: string) =>
+  `@Idempotent method ${scope} was called on an instance Nest did not create, or in an app without IdempotencyModule: it has no IdempotencyService to claim with, so it did not run`;
+
+export const unsupportedContext = (scope: string, type: string) =>
+  `@IdempotentWebhook on ${scope} cannot protect a '${type}' execution context; the handler was not run`;
+
+export const unprotectedHandlers = (problems: string[]) =>
+  `IdempotencyModule refuses to start: these handlers would run unprotected or answer duplicates wrongly:\n  - ${problems.join('\n  - ')}`;
+
+export const gatewayUnsupported = (decorator: string, where: string) =>
+  `${decorator} on ${where}: WebSocket gateways are not supported (a socket message has no redelivery to answer); call IdempotencyService.run() from the handler`;
+
+export const resolverUnsupported = (decorator: string, where: string) =>
+  `${decorator} on ${where}: GraphQL resolvers are not supported; call IdempotencyService.run() from the resolver`;
+
+export const webhookOffHandler = (where: string) =>
+  `@IdempotentWebhook on ${where}: not a controller route or message handler, so no interceptor would run it; use @Idempotent on provider methods`;
+
+export const methodOnHandler = (where: string) =>
+  `@Idempotent on ${where}: a route or message handler; use @IdempotentWebhook, which answers duplicates in flight with 409/503 + Retry-After`;

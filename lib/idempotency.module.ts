@@ -1,16 +1,19 @@
 import { Module } from '@nestjs/common';
-import { LeaseClaim } from './claims/lease-claim.js';
-import { TransactionClaim } from './claims/transaction-claim.js';
-import { ExpiredLeaseReporter } from './expired-lease.reporter.js';
+import { DiscoveryModule } from '@nestjs/core';
+import { IdempotencyContext } from './core/idempotency-context.js';
+import { IdempotencyService } from './core/idempotency.service.js';
 import { resolveIdempotencyConfig } from './idempotency.config.js';
 import { IDEMPOTENCY_CONFIG } from './idempotency.constants.js';
-import { IdempotencyContext } from './idempotency-context.js';
-import { IdempotencyInterceptor } from './idempotency.interceptor.js';
 import { IdempotencyMetrics } from './idempotency.metrics.js';
 import { ConfigurableModuleClass, IDEMPOTENCY_MODULE_OPTIONS } from './idempotency.module-definition.js';
+import { ExpiredLeaseReporter } from './maintenance/expired-lease.reporter.js';
+import { claimStrategyProviders } from './strategies/claim-strategies.js';
+import { DELIVERY_TRANSPORT_REGISTRY, deliveryTransportProviders } from './transports/delivery-transports.js';
+import { IdempotencyExplorer } from './transports/idempotency.explorer.js';
+import { IdempotencyInterceptor } from './transports/idempotency.interceptor.js';
 
 /**
- * Exactly-one-effect webhook handlers on PostgreSQL + TypeORM.
+ * Exactly-one-effect event handlers on PostgreSQL + TypeORM, over HTTP, microservices and queues.
  *
  * ```ts
  * @Module({
@@ -25,6 +28,7 @@ import { ConfigurableModuleClass, IDEMPOTENCY_MODULE_OPTIONS } from './idempoten
  * `dataSource: 'name'` is given.
  */
 @Module({
+  imports: [DiscoveryModule],
   providers: [
     {
       provide: IDEMPOTENCY_CONFIG,
@@ -32,17 +36,21 @@ import { ConfigurableModuleClass, IDEMPOTENCY_MODULE_OPTIONS } from './idempoten
       useFactory: resolveIdempotencyConfig,
     },
     IdempotencyMetrics,
-    TransactionClaim,
-    LeaseClaim,
+    ...claimStrategyProviders,
+    IdempotencyService,
+    ...deliveryTransportProviders,
     IdempotencyInterceptor,
+    IdempotencyExplorer,
     IdempotencyContext,
     ExpiredLeaseReporter,
   ],
+  // The interceptor is instantiated in whichever module declares the controller, and an
+  // @Idempotent provider anywhere gets the service and config injected: both need these exported.
   exports: [
     IDEMPOTENCY_CONFIG,
+    DELIVERY_TRANSPORT_REGISTRY,
     IdempotencyMetrics,
-    TransactionClaim,
-    LeaseClaim,
+    IdempotencyService,
     IdempotencyInterceptor,
     IdempotencyContext,
     ExpiredLeaseReporter,

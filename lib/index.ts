@@ -1,31 +1,58 @@
 export { IdempotencyModule } from './idempotency.module.js';
 export { IDEMPOTENCY_MODULE_OPTIONS } from './idempotency.module-definition.js';
-export { IdempotentWebhook } from './decorators/idempotent-webhook.decorator.js';
-export { WebhookTransaction } from './decorators/webhook-transaction.decorator.js';
-export { IdempotencyInterceptor } from './idempotency.interceptor.js';
-export { IdempotencyContext } from './idempotency-context.js';
+export { IdempotencyService } from './core/idempotency.service.js';
+export { IdempotencyContext, type IdempotentDelivery } from './core/idempotency-context.js';
+export { IdempotentWebhook } from './transports/idempotent-webhook.decorator.js';
+export { WebhookTransaction } from './transports/webhook-transaction.decorator.js';
+export { Idempotent } from './transports/method/idempotent.decorator.js';
+export { IdempotencyInterceptor } from './transports/idempotency.interceptor.js';
+export type { DeliveryTransport, SettledResult } from './transports/delivery-transport.js';
+export type { IdempotencyRpcError } from './transports/rpc/rpc.transport.js';
+export {
+  EventInFlightException,
+  IdempotencyUnavailableException,
+  InvalidIdempotencyKeyException,
+  TransactionAbortedException,
+} from './transports/http/http-exceptions.js';
+export {
+  EventInFlightError,
+  IdempotencyError,
+  IdempotencyUnavailableError,
+  InvalidIdempotencyKeyError,
+  TransactionAbortedError,
+  type IdempotencyErrorCode,
+} from './idempotency.errors.js';
 export { IdempotencyMetrics } from './idempotency.metrics.js';
-export { ExpiredLeaseReporter } from './expired-lease.reporter.js';
+export { ExpiredLeaseReporter } from './maintenance/expired-lease.reporter.js';
 export {
   IDEMPOTENCY_ENTITIES,
   ProcessedEvent,
   type ProcessedEventStatus,
 } from './entities/processed-event.entity.js';
 export { CreateProcessedEvents1764547200000 } from './migrations/1764547200000-create-processed-events.migration.js';
-export { IDEMPOTENT_WEBHOOK_METADATA, REPLAYED_HEADER } from './idempotency.constants.js';
+export {
+  IDEMPOTENT_METHOD_METADATA,
+  IDEMPOTENT_WEBHOOK_METADATA,
+  REPLAYED_HEADER,
+} from './idempotency.constants.js';
+export type { IdempotencyMode } from './strategies/claim-strategies.js';
 export {
   githubDeliveryKey,
   shopifyWebhookKey,
   standardWebhookKey,
   stripeEventKey,
-} from './providers/webhook-keys.js';
+} from './keys/webhook-keys.js';
 export type {
   ClaimOutcome,
   ClaimOutcomeEvent,
   ExpiredLease,
+  IdempotencyClaimOptions,
   IdempotencyKeyExtractor,
   IdempotencyModuleExtras,
   IdempotencyModuleOptions,
+  IdempotentOptions,
+  IdempotentRunOptions,
+  IdempotentRunResult,
   IdempotentWebhookOptions,
   PoisonEvent,
   ReporterRunResult,

@@ -1,17 +1,18 @@
+import type { IdempotencyMode } from '../strategies/claim-strategies.js';
+
 /**
- * Extracts the event's identity from a delivery: Stripe's `evt_...` (`body.id`), GitHub's
- * `X-GitHub-Delivery` header. Never a timestamp, a per-request UUID or the id of the object inside
- * the payload (one charge produces several events).
+ * Extracts the event's identity from a delivery: over HTTP `(body, request)`, Stripe's `evt_...`
+ * (`body.id`) or GitHub's `X-GitHub-Delivery` header; over a microservice transport
+ * `(data, context)`. Never a timestamp, a per-request UUID or the id of the object inside the
+ * payload (one charge produces several events).
  */
 export type IdempotencyKeyExtractor = (body: any, request: any) => unknown;
 
-/** Options of `@IdempotentWebhook()`. Evaluated at import time, so they cannot come from forRootAsync. */
-export interface IdempotentWebhookOptions {
-  /** Returns the event's identity. Throwing, or returning a non-string, empty or too long value, answers 400. */
-  key: IdempotencyKeyExtractor;
+/** How a handler claims its events; shared by `@IdempotentWebhook`, `@Idempotent` and `IdempotencyService.run`. */
+export interface IdempotencyClaimOptions {
   /**
    * Claims are unique per (scope, key): one event delivered to two handlers is processed once by each.
-   * @default 'ControllerClass.method'
+   * @default 'Class.method' (required by `IdempotencyService.run`)
    */
   scope?: string;
   /**
@@ -20,8 +21,14 @@ export interface IdempotentWebhookOptions {
    */
   source?: string;
   /**
-   * External mode: a lease claim for work outside the database (email, charge, API call) instead of
-   * one transaction around claim and handler.
+   * `'transaction'`: the claim and the handler's writes through `IdempotencyContext.manager`
+   * commit in one transaction. `'external'`: a fenced lease, for work outside the database
+   * (email, charge, API call).
+   * @default 'transaction'
+   */
+  mode?: IdempotencyMode;
+  /**
+   * Alias of `mode: 'external'`.
    * @default false
    */
   external?: boolean;
@@ -37,9 +44,31 @@ export interface IdempotentWebhookOptions {
   heartbeat?: boolean;
 }
 
-/** What the decorator stores: the options with scope and source resolved. */
-export interface IdempotentWebhookMetadata extends IdempotentWebhookOptions {
+/**
+ * Options of `@IdempotentWebhook()`, for HTTP routes and microservice handlers. Evaluated at
+ * import time, so they cannot come from forRootAsync.
+ */
+export interface IdempotentWebhookOptions extends IdempotencyClaimOptions {
+  /**
+   * Returns the event's identity. Throwing, or returning a non-string, empty or too long value,
+   * answers 400 over HTTP (an RpcException over microservices) and writes nothing.
+   */
+  key: IdempotencyKeyExtractor;
+}
+
+/**
+ * Options of `@Idempotent()`, for provider methods no interceptor reaches: queue consumers
+ * (`WorkerHost.process(job)`), cron jobs, any service method. Evaluated at import time.
+ */
+export interface IdempotentOptions<Args extends any[] = any[]> extends IdempotencyClaimOptions {
+  /** Returns the event's identity from the method's arguments, e.g. `(job) => job.data.eventId`. */
+  key: (...args: Args) => unknown;
+}
+
+/** Options of `IdempotencyService.run()`. */
+export interface IdempotentRunOptions extends IdempotencyClaimOptions {
+  /** Claims are unique per (scope, key); required here, as there is no method to name it after. */
   scope: string;
-  source: string;
-  external: boolean;
+  /** The event's identity, checked with the same rules as every transport. */
+  key: unknown;
 }

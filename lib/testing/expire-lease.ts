@@ -1,6 +1,7 @@
 import type { DataSource } from 'typeorm';
-import { claimQuery, pgPoolOf } from '../claims/claim-statement.js';
-import { EXPIRE_LEASE } from '../claims/claim.sql.js';
+import { EXPIRE_LEASE } from '../postgres/claim.sql.js';
+import { claimQuery } from '../postgres/statement-executor.js';
+import { pgPoolOf } from '../postgres/typeorm-internals.js';
 
 /**
  * Ends the lease of an external-mode claim now, as if the worker holding it had died, so a test of

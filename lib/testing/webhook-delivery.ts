@@ -1,5 +1,5 @@
 import type { EntityManager } from 'typeorm';
-import { runInIdempotencyContext } from '../idempotency-context.js';
+import { runInIdempotencyContext } from '../core/idempotency-context.js';
 
 /** A delivery as `@IdempotentWebhook` would hand it to its handler, for tests. */
 export interface WebhookDelivery {
@@ -43,7 +43,7 @@ export function runAsWebhookDelivery<T>(delivery: WebhookDelivery, fn: () => T):
       key: delivery.key,
       scope,
       source: scope,
-      external,
+      mode: external ? 'external' : 'transaction',
       manager: delivery.manager,
       leaseToken: delivery.leaseToken,
       attempt: external ? (delivery.attempt ?? 1) : undefined,

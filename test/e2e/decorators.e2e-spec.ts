@@ -27,7 +27,8 @@ import {
 } from '../fixtures/decorators.fixture.js';
 import { WebhookFixtureModule } from '../fixtures/webhook-fixture.module.js';
 
-const OUTSIDE_CONTEXT = 'IdempotencyContext used outside an @IdempotentWebhook handler';
+const OUTSIDE_CONTEXT =
+  'IdempotencyContext used outside an idempotent handler (@IdempotentWebhook, @Idempotent or IdempotencyService.run)';
 const OUTSIDE_TRANSACTION = '@WebhookTransaction() is only available in an @IdempotentWebhook handler';
 const HANDLERS = ['wrappedAbove', 'wrappedBelow'] as const;
 
@@ -44,7 +45,7 @@ describe('@IdempotentWebhook metadata', () => {
     expect(Reflect.getMetadata(IDEMPOTENT_WEBHOOK_METADATA, handler)).toMatchObject({
       scope: `StackedController.${name}`,
       source: `StackedController.${name}`,
-      external: false,
+      mode: 'transaction',
     });
     expect(Reflect.getMetadata(INTERCEPTORS_METADATA, handler)).toContain(IdempotencyInterceptor);
     expect(Reflect.getMetadata(HTTP_CODE_METADATA, handler)).toBe(200);

@@ -2,7 +2,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/glob
 import { SchedulerRegistry } from '@nestjs/schedule';
 import request from 'supertest';
 import { DataSource } from 'typeorm';
-import { RETENTION_BATCH } from '../../lib/claims/claim.sql.js';
+import { RETENTION_BATCH } from '../../lib/postgres/maintenance.sql.js';
 import { REPORTER_JOB_NAME, REPORTER_SCOPE } from '../../lib/idempotency.constants.js';
 import {
   ExpiredLeaseReporter,

@@ -83,7 +83,7 @@ describe('testing helpers', () => {
       ).toThrow('extendLease() is only available in external mode handlers');
       // Outside, the context is as empty as outside any decorated handler.
       expect(context.active).toBe(false);
-      expect(() => context.key).toThrow('IdempotencyContext used outside an @IdempotentWebhook handler');
+      expect(() => context.key).toThrow('IdempotencyContext used outside an idempotent handler');
     });
 
     it('exposes an external delivery: token, attempt 1, and a lease that is held unless the test says', async () => {

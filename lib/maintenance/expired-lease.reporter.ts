@@ -14,22 +14,23 @@ import {
   REPORTER_TICK_CLAIM,
   REPORTER_TICKS_PRUNE,
   RETENTION_BATCH,
-} from './claims/claim.sql.js';
+} from '../postgres/maintenance.sql.js';
 import {
   IDEMPOTENCY_CONFIG,
   IDEMPOTENCY_DATA_SOURCE,
   REPORTER_JOB_NAME,
   REPORTER_SCOPE,
-} from './idempotency.constants.js';
-import { IdempotencyMetrics } from './idempotency.metrics.js';
+} from '../idempotency.constants.js';
+import { IdempotencyMetrics } from '../idempotency.metrics.js';
 import {
   expiredLease,
   hookFailed,
   moreExpiredLeases,
   noScheduler,
   poisonEvent,
-} from './idempotency.messages.js';
-import type { ExpiredLease, IdempotencyConfig, PoisonEvent, ReporterRunResult } from './interfaces/index.js';
+  reportFailed,
+} from '../idempotency.messages.js';
+import type { ExpiredLease, IdempotencyConfig, PoisonEvent, ReporterRunResult } from '../interfaces/index.js';
 
 /** Warning lines per run; the rest is counted in one line. */
 const MAX_LOGGED_LEASES = 50;
@@ -132,9 +133,7 @@ export class ExpiredLeaseReporter implements OnApplicationBootstrap, OnModuleDes
     try {
       await this.run();
     } catch (error) {
-      this.logger.error(
-        `Expired-lease report failed: ${error instanceof Error ? error.message : String(error)}`,
-      );
+      this.logger.error(reportFailed(error));
     } finally {
       this.running = false;
     }

@@ -1,15 +1,29 @@
 import type { PoolClient, QueryResult } from 'pg';
 import type { EntityManager, QueryRunner } from 'typeorm';
-import { errorCode, TransactionAbortedError, UNKNOWN_PREPARED_STATEMENT } from './claim-result.js';
-import { claimQuery } from './claim-statement.js';
 import { beginAndClaimSql, TRANSACTION_CLAIM } from './claim.sql.js';
+import { DUPLICATE_PREPARED_STATEMENT, errorCode, UNKNOWN_PREPARED_STATEMENT } from './pg-errors.js';
+import { claimQuery } from './statement-executor.js';
+import { adoptTransaction, connectRunner, forgetTransaction } from './typeorm-internals.js';
+
+/**
+ * Postgres answered COMMIT with ROLLBACK: a statement of the transaction had failed (and the
+ * handler caught it), so nothing was written.
+ */
+export class CommitRolledBackError extends Error {
+  constructor() {
+    super('the COMMIT was rolled back: a statement in the transaction failed and the handler went on');
+    this.name = 'CommitRolledBackError';
+  }
+}
 
 /** Connections that have prepared the transaction claim. A pool's connections outlive any one module. */
 const preparedConnections = new WeakSet<PoolClient>();
 
-/** PREPARE of a name the connection already has (another module on the same pool got there first). */
-const DUPLICATE_PREPARED_STATEMENT = '42P05';
-/** One round to learn the connection's real state, one to claim. */
+/**
+ * A round whose PREPARE or EXECUTE finds the connection's prepared state other than this process
+ * believed (42P05, 26000) corrects the belief and goes again: the claim, one correction, and one
+ * more for a pooler that hands the next round a different server connection.
+ */
 const MAX_ROUNDS = 3;
 
 /** The isolation levels BEGIN takes; anything else is left to TypeORM's startTransaction() to reject. */
@@ -23,12 +37,6 @@ export interface ClaimTransactionOptions {
   isolationLevel?: string;
   /** Whether the DataSource has subscribers, which must hear of every transaction. */
   subscribed: boolean;
-}
-
-/** What TypeORM's startTransaction() sets; TypeORM has no API to adopt a transaction begun on its connection. */
-interface TransactionState {
-  isTransactionActive: boolean;
-  transactionDepth: number;
 }
 
 /**
@@ -57,17 +65,14 @@ export class ClaimTransaction {
    * may be open: roll back.
    */
   async beginAndClaim(values: readonly [string, string, string, string]): Promise<boolean> {
-    const client = (this.client = (await this.runner.connect()) as PoolClient);
+    const client = (this.client = await connectRunner(this.runner));
     const { prepared, isolationLevel, subscribed } = this.options;
     if (!prepared || (isolationLevel !== undefined && !ISOLATION_LEVELS.has(isolationLevel))) {
       await this.runner.startTransaction();
       return (await client.query(claimQuery(TRANSACTION_CLAIM, [...values], false))).rowCount === 1;
     }
     if (subscribed) await this.runner.broadcaster.broadcast('BeforeTransactionStart');
-    // Adopted before BEGIN is sent, as startTransaction() does, so that a failure rolls back.
-    const state = this.runner as unknown as TransactionState;
-    state.isTransactionActive = true;
-    state.transactionDepth = 1;
+    adoptTransaction(this.runner);
     // `BEGIN; EXECUTE idempotency_transaction_claim(...)` as one simple-protocol query (TypeORM's
     // startTransaction() and a parameterized claim take two round trips), with the claim's
     // PREPARE in front the first time a connection sends it.
@@ -97,7 +102,7 @@ export class ClaimTransaction {
    * Commits or rolls back, straight on the connection (TypeORM's commitTransaction() wraps one
    * statement in two broadcasts and its query layer, and cannot tell a COMMIT that Postgres turned
    * into a ROLLBACK). A COMMIT of a transaction a failed statement aborted rejects with
-   * TransactionAbortedError: nothing was written.
+   * CommitRolledBackError: nothing was written.
    */
   end(action: 'COMMIT' | 'ROLLBACK'): Promise<void> {
     if (!this.runner.isTransactionActive || !this.client) return Promise.resolve();
@@ -130,20 +135,15 @@ export class ClaimTransaction {
   }
 
   private send(client: PoolClient, action: 'COMMIT' | 'ROLLBACK'): Promise<void> {
-    const state = this.runner as unknown as TransactionState;
     // Whatever the answer, the transaction is over (a failed COMMIT ends it too, or the connection).
-    const ended = () => {
-      state.isTransactionActive = false;
-      state.transactionDepth = 0;
-    };
     return client.query(action).then(
       (result) => {
-        ended();
+        forgetTransaction(this.runner);
         // Postgres answers the COMMIT of an aborted transaction with the tag ROLLBACK.
-        if (action === 'COMMIT' && result.command === 'ROLLBACK') throw new TransactionAbortedError();
+        if (action === 'COMMIT' && result.command === 'ROLLBACK') throw new CommitRolledBackError();
       },
       (error: unknown) => {
-        ended();
+        forgetTransaction(this.runner);
         throw error;
       },
     );

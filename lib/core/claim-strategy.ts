@@ -1,0 +1,41 @@
+import type { EntityManager } from 'typeorm';
+import type { ClaimResult } from './claim-result.js';
+
+/**
+ * What one handler's claims are made of, resolved once per handler (a decorator) or per call
+ * (`IdempotencyService.run`), so a delivery allocates nothing for it.
+ */
+export interface ClaimSpec {
+  /** Claims are unique per (scope, key). */
+  readonly scope: string;
+  /** Stored with the claim, for reports. */
+  readonly source: string;
+  /** Which strategy claims (see strategies/claim-strategies.ts). */
+  readonly mode: string;
+  /** External mode: this handler's lease; undefined means the module's `leaseMs`. */
+  readonly leaseMs?: number;
+  /** External mode: renew the lease every leaseMs/3 while the handler runs. */
+  readonly heartbeat?: boolean;
+}
+
+/** What a strategy hands the work it runs under a claim. */
+export interface ClaimHandle {
+  /** The manager the work writes through: the claim's transaction, or the DataSource's. */
+  manager: EntityManager;
+  /** External mode: the claim's fencing token. */
+  leaseToken?: string;
+  /** External mode: 1 for the first claim, then +1 for each re-claim. */
+  attempt?: number;
+  /** External mode: token-checked renewal; false once the lease was taken over. */
+  extendLease?: (ms?: number) => Promise<boolean>;
+}
+
+/**
+ * One way of making a delivery's effect happen once. A strategy claims (scope, key), runs `work`
+ * when the claim is its own, records the outcome and counts it. It resolves `processed`,
+ * `replayed` or `in_flight`; it rejects with IdempotencyUnavailableError when the database
+ * failed, TransactionAbortedError, or the work's own error.
+ */
+export interface ClaimStrategy {
+  run<T>(spec: ClaimSpec, key: string, work: (handle: ClaimHandle) => Promise<T>): Promise<ClaimResult<T>>;
+}

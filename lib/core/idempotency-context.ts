@@ -1,0 +1,85 @@
+import { AsyncLocalStorage } from 'node:async_hooks';
+import { Injectable } from '@nestjs/common';
+import type { EntityManager } from 'typeorm';
+import { outsideContext, notExternal } from '../idempotency.messages.js';
+import type { ClaimHandle } from './claim-strategy.js';
+
+/** The delivery an idempotent handler runs for; one per claim, whatever the transport. */
+export interface IdempotentDelivery extends Readonly<ClaimHandle> {
+  /** The event's key. */
+  readonly key: string;
+  /** The claim's scope. */
+  readonly scope: string;
+  /** Stored with the claim, for reports. */
+  readonly source: string;
+  /** `'transaction'` or `'external'`. */
+  readonly mode: string;
+}
+
+/** One store per process: the service writes it, handlers and their services read it. */
+const storage = new AsyncLocalStorage<IdempotentDelivery>();
+
+/** The current delivery, or undefined outside an idempotent handler. */
+export function currentDelivery(): IdempotentDelivery | undefined {
+  return storage.getStore();
+}
+
+/** Runs `fn` with `delivery` as the current delivery. */
+export function runInIdempotencyContext<T>(delivery: IdempotentDelivery, fn: () => T): T {
+  return storage.run(delivery, fn);
+}
+
+/**
+ * The current delivery, from anywhere an idempotent handler calls (services, repositories),
+ * through AsyncLocalStorage: inside `@IdempotentWebhook` handlers, `@Idempotent` methods and
+ * `IdempotencyService.run()` callbacks. Outside them every getter throws, so a missing decorator
+ * is found at once rather than writing outside the claim's transaction.
+ */
+@Injectable()
+export class IdempotencyContext {
+  /** True inside an idempotent handler. */
+  get active(): boolean {
+    return storage.getStore() !== undefined;
+  }
+
+  /** Transaction mode: the EntityManager of the claim's transaction; write through it. External mode: the DataSource's. */
+  get manager(): EntityManager {
+    return this.delivery.manager;
+  }
+
+  /** The event's key. */
+  get key(): string {
+    return this.delivery.key;
+  }
+
+  /** The claim's scope (default `Class.method`). */
+  get scope(): string {
+    return this.delivery.scope;
+  }
+
+  /** External mode: this claim's fencing token. */
+  get leaseToken(): string | undefined {
+    return this.delivery.leaseToken;
+  }
+
+  /** External mode: 1 for the first claim, then +1 for each re-claim. */
+  get attempt(): number | undefined {
+    return this.delivery.attempt;
+  }
+
+  /**
+   * External mode: pushes the lease's expiry to now + `ms` (default: the handler's lease).
+   * Resolves false when the lease was lost to another worker: stop, your work may run twice.
+   */
+  extendLease(ms?: number): Promise<boolean> {
+    const extend = this.delivery.extendLease;
+    if (!extend) throw new Error(notExternal('extendLease()'));
+    return extend(ms);
+  }
+
+  private get delivery(): IdempotentDelivery {
+    const delivery = storage.getStore();
+    if (!delivery) throw new Error(outsideContext());
+    return delivery;
+  }
+}

@@ -1,0 +1,99 @@
+/**
+ * What a database error means for a delivery, decided once, here. node-postgres puts the SQLSTATE
+ * on `code`; TypeORM's QueryFailedError keeps the driver's error on `driverError`; pg and
+ * TypeORM signal a lost connection with errors that have no SQLSTATE at all, only a message.
+ */
+
+/** lock_timeout ran out (55P03): another delivery holds the claim. */
+export const LOCK_NOT_AVAILABLE = '55P03';
+
+/** EXECUTE of a name the connection does not have (DEALLOCATE, DISCARD, or a transaction-mode pooler). */
+export const UNKNOWN_PREPARED_STATEMENT = '26000';
+
+/** PREPARE of a name the connection already has (another module, or a pooler, got there first). */
+export const DUPLICATE_PREPARED_STATEMENT = '42P05';
+
+/** Serialization failure or deadlock: safe to re-run the whole claim in a fresh transaction. */
+const RETRYABLE_CODES = new Set(['40001', '40P01']);
+
+/**
+ * SQLSTATEs of a server that is going away or refusing sessions, beyond class 08 (connection
+ * exception) and class 53 (insufficient resources, too many connections among them).
+ */
+const CONNECTION_CODES = new Set([
+  '57P01', // admin_shutdown: pg_terminate_backend, a restart
+  '57P02', // crash_shutdown
+  '57P03', // cannot_connect_now: starting up or shutting down
+  '25P03', // idle_in_transaction_session_timeout: the server closed the session
+]);
+
+/** Node's socket errors. */
+const SOCKET_CODES = new Set([
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'EPIPE',
+  'ETIMEDOUT',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+]);
+
+/** pg and pg-pool errors of a lost or unavailable connection, which carry no code. */
+const CONNECTION_MESSAGES =
+  /Connection terminated|connection error and is not queryable|Client was closed and is not queryable|timeout exceeded when trying to connect|Cannot use a pool after calling end|Connection is not established/i;
+
+/** TypeORM's errors of a connection it no longer has. */
+const CONNECTION_ERROR_NAMES = new Set(['QueryRunnerAlreadyReleasedError', 'ConnectionIsNotSetError']);
+
+/** The error and what it wraps (TypeORM's driverError, an Error's cause), nearest first. */
+function* layers(error: unknown): Generator<Record<string, unknown>> {
+  let current = error;
+  for (let depth = 0; depth < 4 && typeof current === 'object' && current !== null; depth++) {
+    const layer = current as Record<string, unknown>;
+    yield layer;
+    current = layer.driverError ?? layer.cause;
+  }
+}
+
+/** SQLSTATE (or Node error code) of a driver error, if any. */
+export function errorCode(error: unknown): string | undefined {
+  for (const layer of layers(error)) {
+    if (typeof layer.code === 'string') return layer.code;
+  }
+  return undefined;
+}
+
+/** Serialization failure or deadlock: the whole claim may run again in a fresh transaction. */
+export function isRetryable(error: unknown): boolean {
+  return RETRYABLE_CODES.has(errorCode(error) ?? '');
+}
+
+/** SQLSTATE classes 22 (data exception) and 23 (integrity constraint violation): the data was refused. */
+export function isDataError(error: unknown): boolean {
+  const code = errorCode(error);
+  return code !== undefined && (code.startsWith('22') || code.startsWith('23'));
+}
+
+/**
+ * The database, not the statement, failed: the connection was lost or refused, the server is
+ * shutting down or out of connections, or the pool gave up waiting. The delivery can succeed
+ * later unchanged, so it is answered 503 + Retry-After rather than as a handler failure.
+ */
+export function isConnectionError(error: unknown): boolean {
+  for (const layer of layers(error)) {
+    const code = layer.code;
+    if (typeof code === 'string') {
+      if (code.startsWith('08') || code.startsWith('53') || CONNECTION_CODES.has(code)) return true;
+      if (SOCKET_CODES.has(code)) return true;
+    }
+    if (typeof layer.name === 'string' && CONNECTION_ERROR_NAMES.has(layer.name)) return true;
+    if (typeof layer.message === 'string' && CONNECTION_MESSAGES.test(layer.message)) return true;
+  }
+  return false;
+}
+
+/** The error's message, for logs and `last_error`. */
+export function errorMessage(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}

@@ -1,0 +1,243 @@
+import { Inject, Injectable, Logger } from '@nestjs/common';
+import type { DataSource } from 'typeorm';
+import type { ClaimResult } from '../core/claim-result.js';
+import type { ClaimHandle, ClaimSpec, ClaimStrategy } from '../core/claim-strategy.js';
+import { IDEMPOTENCY_CONFIG, IDEMPOTENCY_DATA_SOURCE } from '../idempotency.constants.js';
+import { TransactionAbortedError } from '../idempotency.errors.js';
+import {
+  claimFailedLog,
+  commitAmbiguousLog,
+  handlerDatabaseFailedLog,
+  slowTransaction,
+  transactionAborted,
+  transactionAbortedLog,
+} from '../idempotency.messages.js';
+import { IdempotencyMetrics } from '../idempotency.metrics.js';
+import type { IdempotencyConfig } from '../interfaces/index.js';
+import {
+  ClaimTransaction,
+  CommitRolledBackError,
+  type ClaimTransactionOptions,
+} from '../postgres/claim-transaction.js';
+import {
+  errorCode,
+  isConnectionError,
+  isDataError,
+  isRetryable,
+  LOCK_NOT_AVAILABLE,
+} from '../postgres/pg-errors.js';
+import { databaseUnavailableError } from './database-unavailable.js';
+import { InProcessWaiters } from './in-process-waiters.js';
+
+/** How often a serialization failure or deadlock is retried from scratch (claim and handler). */
+const MAX_TRANSACTION_TRIES = 3;
+/** The slow-transaction warning repeats at most this often per handler. */
+const SLOW_WARNING_EVERY_MS = 60_000;
+
+/**
+ * Transaction mode (seed "fix one"): the claim and everything the handler writes through the
+ * transaction's EntityManager commit together. A crash or a throw rolls both back and the next
+ * delivery claims cleanly. A concurrent duplicate waits for the first delivery for at most
+ * `concurrentDuplicateWaitMs` (in memory in this process, on the claim's row lock elsewhere): it
+ * then sees the commit (replayed), the rollback (claims and runs), or neither (in flight).
+ */
+@Injectable()
+export class TransactionStrategy implements ClaimStrategy {
+  private readonly logger = new Logger('IdempotencyModule');
+  private readonly lastSlowWarning = new Map<string, number>();
+  private readonly waiters = new InProcessWaiters();
+  /** lock_timeout of the claim; 0 would mean "wait forever", so 1 ms is the shortest real bound. */
+  private readonly lockTimeout: string;
+
+  constructor(
+    @Inject(IDEMPOTENCY_DATA_SOURCE) private readonly dataSource: DataSource,
+    @Inject(IDEMPOTENCY_CONFIG) private readonly config: IdempotencyConfig,
+    private readonly metrics: IdempotencyMetrics,
+  ) {
+    this.lockTimeout = `${Math.max(1, Math.ceil(config.concurrentDuplicateWaitMs))}ms`;
+  }
+
+  /** Claims `key`, runs `work` in the claim's transaction and commits both, or neither. */
+  run<T>(spec: ClaimSpec, key: string, work: (handle: ClaimHandle) => Promise<T>): Promise<ClaimResult<T>> {
+    const id = `${spec.scope}\u0000${key}`;
+    if (this.waiters.has(id)) return this.afterFirst(id, spec, key, work);
+    return this.claimAndRun(id, spec, key, work);
+  }
+
+  /**
+   * A duplicate of a delivery this process is already running waits for it, within its own
+   * bound. A commit answers it at once; otherwise the first waiter to wake claims in its place.
+   */
+  private async afterFirst<T>(
+    id: string,
+    spec: ClaimSpec,
+    key: string,
+    work: (handle: ClaimHandle) => Promise<T>,
+  ): Promise<ClaimResult<T>> {
+    const deadline = performance.now() + this.config.concurrentDuplicateWaitMs;
+    while (this.waiters.has(id)) {
+      const outcome = await this.waiters.wait(id, deadline - performance.now());
+      if (outcome === 'timeout') return this.answerInFlight(spec, key);
+      if (outcome === 'committed') {
+        this.metrics.count('replayed', spec.scope, key);
+        return { kind: 'replayed' };
+      }
+    }
+    return this.claimAndRun(id, spec, key, work);
+  }
+
+  /**
+   * One function with its error handling inline, rather than a helper per step: every async
+   * layer is a promise on every delivery, and under AsyncLocalStorage every promise pays its
+   * hooks. Each delivery counts exactly one outcome, after its last try.
+   */
+  private async claimAndRun<T>(
+    id: string,
+    spec: ClaimSpec,
+    key: string,
+    work: (handle: ClaimHandle) => Promise<T>,
+  ): Promise<ClaimResult<T>> {
+    // Registered before the first await, so a duplicate arriving meanwhile finds it.
+    this.waiters.begin(id);
+    let committed = false;
+    try {
+      // A retry re-runs claim and handler in a fresh transaction: replaying recorded SQL is not enough.
+      for (let attempt = 1; ; attempt++) {
+        const retriesLeft = attempt < MAX_TRANSACTION_TRIES;
+        const transaction = new ClaimTransaction(
+          this.dataSource.createQueryRunner(),
+          this.transactionOptions(),
+        );
+        try {
+          let claimed: boolean;
+          try {
+            claimed = await transaction.beginAndClaim([spec.scope, key, spec.source, this.lockTimeout]);
+          } catch (error) {
+            await rollbackQuietly(transaction);
+            // Another delivery held the claim past concurrentDuplicateWaitMs.
+            if (errorCode(error) === LOCK_NOT_AVAILABLE) return this.answerInFlight(spec, key);
+            if (retriesLeft && isRetryable(error)) continue;
+            throw this.unavailable(spec, key, error, claimFailedLog);
+          }
+          if (!claimed) {
+            try {
+              await transaction.end('ROLLBACK');
+            } catch (error) {
+              throw this.unavailable(spec, key, error, claimFailedLog);
+            }
+            this.metrics.count('replayed', spec.scope, key);
+            return { kind: 'replayed' };
+          }
+
+          const started = performance.now();
+          let value: T;
+          try {
+            value = await work({ manager: transaction.manager });
+          } catch (error) {
+            this.warnIfSlow(spec.scope, performance.now() - started);
+            await rollbackQuietly(transaction);
+            if (retriesLeft && isRetryable(error)) continue;
+            this.metrics.count('failed', spec.scope, key);
+            // A lost connection or lasting contention is not the handler's fault: the redelivery
+            // can succeed unchanged.
+            if (isConnectionError(error) || isRetryable(error)) {
+              throw this.unavailable(spec, key, error, handlerDatabaseFailedLog);
+            }
+            throw error;
+          }
+          this.warnIfSlow(spec.scope, performance.now() - started);
+
+          try {
+            await transaction.end('COMMIT');
+          } catch (error) {
+            if (isRetryable(error)) {
+              // Postgres refused the COMMIT itself (serializable isolation): nothing was written.
+              await rollbackQuietly(transaction);
+              if (retriesLeft) continue;
+              throw this.unavailable(spec, key, error, claimFailedLog);
+            }
+            throw await this.commitFailed(transaction, spec, key, error);
+          }
+          committed = true;
+          this.metrics.count('claimed', spec.scope, key);
+          return { kind: 'processed', value };
+        } finally {
+          await transaction.release();
+        }
+      }
+    } finally {
+      this.waiters.end(id, committed ? 'committed' : 'not_committed');
+    }
+  }
+
+  private answerInFlight(spec: ClaimSpec, key: string): ClaimResult<never> {
+    this.metrics.count('in_flight', spec.scope, key);
+    return { kind: 'in_flight', retryAfterSeconds: this.config.retryAfterSeconds };
+  }
+
+  private unavailable(
+    spec: ClaimSpec,
+    key: string,
+    error: unknown,
+    log: (scope: string, key: string, code: string | undefined, error: unknown) => string,
+  ) {
+    return databaseUnavailableError(
+      this.logger,
+      (code) => log(spec.scope, key, code, error),
+      spec.scope,
+      key,
+      this.config.retryAfterSeconds,
+      error,
+    );
+  }
+
+  /** What to throw for a COMMIT that failed after the handler returned. */
+  private async commitFailed(
+    transaction: ClaimTransaction,
+    spec: ClaimSpec,
+    key: string,
+    error: unknown,
+  ): Promise<unknown> {
+    if (error instanceof CommitRolledBackError) {
+      this.metrics.count('failed', spec.scope, key);
+      this.logger.error(transactionAbortedLog(spec.scope, key));
+      return new TransactionAbortedError(transactionAborted(key), spec.scope, key);
+    }
+    await rollbackQuietly(transaction);
+    // The handler's data was refused at COMMIT (a deferred constraint, say): its failure, as if
+    // it had thrown, not an unavailable database.
+    if (isDataError(error)) {
+      this.metrics.count('failed', spec.scope, key);
+      return error;
+    }
+    // The COMMIT was sent and its answer lost: it may have committed. The redelivery tells
+    // (replayed if it did, processed if it did not), and is safe either way.
+    return this.unavailable(spec, key, error, commitAmbiguousLog);
+  }
+
+  /** Read per delivery: the DataSource may be initialized (subscribers built) after this is constructed. */
+  private transactionOptions(): ClaimTransactionOptions {
+    return {
+      prepared: this.config.preparedStatements,
+      isolationLevel: this.dataSource.options.isolationLevel,
+      subscribed: this.dataSource.subscribers.length > 0,
+    };
+  }
+
+  private warnIfSlow(scope: string, elapsedMs: number): void {
+    if (elapsedMs <= this.config.slowTransactionWarnMs) return;
+    const now = Date.now();
+    if (now - (this.lastSlowWarning.get(scope) ?? -Infinity) < SLOW_WARNING_EVERY_MS) return;
+    this.lastSlowWarning.set(scope, now);
+    this.logger.warn(slowTransaction(scope, Math.round(elapsedMs), this.config.slowTransactionWarnMs));
+  }
+}
+
+/** Rolls back if a transaction is open; a lost connection has rolled back on its own. */
+async function rollbackQuietly(transaction: ClaimTransaction): Promise<void> {
+  try {
+    await transaction.end('ROLLBACK');
+  } catch {
+    // The connection is gone; Postgres rolls the transaction back on its own.
+  }
+}

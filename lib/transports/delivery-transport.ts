@@ -1,0 +1,22 @@
+import type { ExecutionContext } from '@nestjs/common';
+import type { ClaimResult } from '../core/claim-result.js';
+
+/** A claim that settled: the handler ran now, or had run before. */
+export type SettledResult = Exclude<ClaimResult<unknown>, { kind: 'in_flight' }>;
+
+/**
+ * What the interceptor needs to know about one kind of execution context (`http`, `rpc`): where
+ * the key extractor's arguments are, and how each result and failure is answered there. The
+ * claim itself is the same for every transport (IdempotencyService).
+ */
+export interface DeliveryTransport {
+  /** The key extractor's arguments: `(body, request)` over HTTP, `(data, context)` over RPC. */
+  keyArguments(context: ExecutionContext): readonly unknown[];
+  /** What the caller receives for a processed or replayed delivery. */
+  answer(result: SettledResult, context: ExecutionContext): unknown;
+  /**
+   * What the caller receives for an error: the library's own errors (idempotency.errors.ts,
+   * an in-flight duplicate among them) mapped to the transport's; a handler's errors unchanged.
+   */
+  failure(error: unknown, context: ExecutionContext): unknown;
+}

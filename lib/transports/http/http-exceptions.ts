@@ -1,0 +1,55 @@
+import {
+  BadRequestException,
+  HttpException,
+  InternalServerErrorException,
+  ServiceUnavailableException,
+} from '@nestjs/common';
+import type {
+  EventInFlightError,
+  IdempotencyUnavailableError,
+  InvalidIdempotencyKeyError,
+  TransactionAbortedError,
+} from '../../idempotency.errors.js';
+
+/**
+ * The HTTP answers of the library's errors, as classes an exception filter can match with
+ * `instanceof`. Each keeps the transport-neutral error as `cause`; the two that ask for a retry
+ * carry `retryAfterSeconds`, which the interceptor has already sent as `Retry-After`.
+ */
+
+/** 400: the key extractor threw or returned an unusable key; nothing was written. */
+export class InvalidIdempotencyKeyException extends BadRequestException {
+  constructor(readonly error: InvalidIdempotencyKeyError) {
+    super(error.message, { cause: error });
+  }
+}
+
+/** 409 (or `inFlightStatus`: 503) + Retry-After: another delivery of the event is being processed. */
+export class EventInFlightException extends HttpException {
+  readonly retryAfterSeconds: number;
+
+  constructor(
+    readonly error: EventInFlightError,
+    status: 409 | 503,
+  ) {
+    super(error.message, status, { cause: error });
+    this.retryAfterSeconds = error.retryAfterSeconds;
+  }
+}
+
+/** 503 + Retry-After: the database could not record the claim or its outcome. */
+export class IdempotencyUnavailableException extends ServiceUnavailableException {
+  readonly retryAfterSeconds: number;
+
+  constructor(readonly error: IdempotencyUnavailableError) {
+    super(error.message, { cause: error });
+    this.retryAfterSeconds = error.retryAfterSeconds;
+  }
+}
+
+/** 500: the handler went on after a failed statement, so PostgreSQL rolled the COMMIT back. */
+export class TransactionAbortedException extends InternalServerErrorException {
+  constructor(readonly error: TransactionAbortedError) {
+    super(error.message, { cause: error });
+  }
+}

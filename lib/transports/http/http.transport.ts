@@ -1,0 +1,68 @@
+import { Inject, Injectable, type ExecutionContext } from '@nestjs/common';
+import { HttpAdapterHost } from '@nestjs/core';
+import { IDEMPOTENCY_CONFIG, REPLAYED_HEADER } from '../../idempotency.constants.js';
+import {
+  EventInFlightError,
+  IdempotencyUnavailableError,
+  InvalidIdempotencyKeyError,
+  TransactionAbortedError,
+} from '../../idempotency.errors.js';
+import type { IdempotencyConfig } from '../../interfaces/index.js';
+import type { DeliveryTransport, SettledResult } from '../delivery-transport.js';
+import {
+  EventInFlightException,
+  IdempotencyUnavailableException,
+  InvalidIdempotencyKeyException,
+  TransactionAbortedException,
+} from './http-exceptions.js';
+
+/**
+ * Webhooks over HTTP (Express or Fastify, through Nest's adapter).
+ *
+ * | outcome | answer |
+ * |---|---|
+ * | processed | the handler's answer (200) |
+ * | replayed | 200, `Idempotent-Replayed: true`, handler not called |
+ * | in flight | 409 (or `inFlightStatus`), `Retry-After` |
+ * | bad key | 400, nothing written |
+ * | database unavailable | 503, `Retry-After` |
+ * | handler went on after a failed statement | 500, nothing written |
+ */
+@Injectable()
+export class HttpTransport implements DeliveryTransport {
+  constructor(
+    private readonly adapterHost: HttpAdapterHost,
+    @Inject(IDEMPOTENCY_CONFIG) private readonly config: IdempotencyConfig,
+  ) {}
+
+  /** `(body, request)`. Read by index: switchToHttp() builds closures on every call. */
+  keyArguments(context: ExecutionContext): readonly unknown[] {
+    const request = context.getArgByIndex<{ body?: unknown }>(0);
+    return [request.body, request];
+  }
+
+  answer(result: SettledResult, context: ExecutionContext): unknown {
+    if (result.kind === 'processed') return result.value;
+    this.setHeader(context, REPLAYED_HEADER, 'true');
+    return undefined;
+  }
+
+  failure(error: unknown, context: ExecutionContext): unknown {
+    if (error instanceof InvalidIdempotencyKeyError) return new InvalidIdempotencyKeyException(error);
+    if (error instanceof EventInFlightError) {
+      this.setHeader(context, 'Retry-After', String(error.retryAfterSeconds));
+      return new EventInFlightException(error, this.config.inFlightStatus);
+    }
+    if (error instanceof IdempotencyUnavailableError) {
+      this.setHeader(context, 'Retry-After', String(error.retryAfterSeconds));
+      return new IdempotencyUnavailableException(error);
+    }
+    if (error instanceof TransactionAbortedError) return new TransactionAbortedException(error);
+    return error;
+  }
+
+  /** Express and Fastify set headers differently; the adapter knows which. */
+  private setHeader(context: ExecutionContext, name: string, value: string): void {
+    this.adapterHost.httpAdapter.setHeader(context.getArgByIndex(1), name, value);
+  }
+}

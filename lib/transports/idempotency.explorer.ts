@@ -1,0 +1,83 @@
+import { Injectable, type OnModuleInit } from '@nestjs/common';
+import { DiscoveryService, MetadataScanner } from '@nestjs/core';
+import type { InstanceWrapper } from '@nestjs/core/injector/instance-wrapper.js';
+import { IDEMPOTENT_METHOD_METADATA, IDEMPOTENT_WEBHOOK_METADATA } from '../idempotency.constants.js';
+import {
+  gatewayUnsupported,
+  methodOnHandler,
+  resolverUnsupported,
+  unprotectedHandlers,
+  webhookOffHandler,
+} from '../idempotency.messages.js';
+
+/**
+ * Metadata keys other packages set, read here to tell where a decorated method lives. Strings, not
+ * imports: @nestjs/microservices, @nestjs/websockets and @nestjs/graphql are optional.
+ */
+const ROUTE_PATH = 'path'; // @nestjs/common PATH_METADATA, set by @Get, @Post, ...
+const ROUTE_METHOD = 'method'; // @nestjs/common METHOD_METADATA
+const MESSAGE_PATTERN = 'microservices:pattern'; // @EventPattern, @MessagePattern
+const GATEWAY = 'websockets:is_gateway'; // @WebSocketGateway, on the class
+const GATEWAY_MESSAGE = 'websockets:message_mapping'; // @SubscribeMessage
+const GRAPHQL_RESOLVER = 'graphql:resolver_type'; // @Resolver on the class; @Query, @Mutation, ...
+const GRAPHQL_RESOLVER_NAME = 'graphql:resolver_name';
+
+/**
+ * nestjs/schedule's explorer, for refusals: at start-up, every controller and provider method
+ * carrying `@IdempotentWebhook` or `@Idempotent` is checked against where it can be honoured, and
+ * the boot fails naming each class and method that would otherwise run unprotected (or answer a
+ * duplicate the wrong way). No silent no-op anywhere.
+ */
+@Injectable()
+export class IdempotencyExplorer implements OnModuleInit {
+  constructor(
+    private readonly discovery: DiscoveryService,
+    private readonly scanner: MetadataScanner,
+  ) {}
+
+  onModuleInit(): void {
+    const problems: string[] = [];
+    for (const wrapper of this.discovery.getControllers()) this.check(wrapper, true, problems);
+    for (const wrapper of this.discovery.getProviders()) this.check(wrapper, false, problems);
+    if (problems.length > 0) throw new Error(unprotectedHandlers(problems));
+  }
+
+  private check(wrapper: InstanceWrapper, controller: boolean, problems: string[]): void {
+    const type = classOf(wrapper);
+    const prototype = type?.prototype as Record<string, unknown> | undefined;
+    if (!type || !prototype) return;
+    const gateway = Reflect.getMetadata(GATEWAY, type) === true;
+    const resolver =
+      Reflect.hasMetadata(GRAPHQL_RESOLVER, type) || Reflect.hasMetadata(GRAPHQL_RESOLVER_NAME, type);
+    for (const name of this.scanner.getAllMethodNames(prototype)) {
+      const method = prototype[name];
+      if (typeof method !== 'function') continue;
+      const webhook = Reflect.hasMetadata(IDEMPOTENT_WEBHOOK_METADATA, method);
+      const plain = Reflect.hasMetadata(IDEMPOTENT_METHOD_METADATA, method);
+      if (!webhook && !plain) continue;
+      const where = `${type.name}.${name}`;
+      const decorator = webhook ? '@IdempotentWebhook' : '@Idempotent';
+      if (gateway || Reflect.hasMetadata(GATEWAY_MESSAGE, method)) {
+        problems.push(gatewayUnsupported(decorator, where));
+      } else if (resolver || Reflect.hasMetadata(GRAPHQL_RESOLVER, method)) {
+        problems.push(resolverUnsupported(decorator, where));
+      } else {
+        const handler =
+          controller &&
+          ((Reflect.hasMetadata(ROUTE_PATH, method) && Reflect.hasMetadata(ROUTE_METHOD, method)) ||
+            Reflect.hasMetadata(MESSAGE_PATTERN, method));
+        if (webhook && !handler) {
+          problems.push(webhookOffHandler(where));
+        } else if (plain && handler) {
+          problems.push(methodOnHandler(where));
+        }
+      }
+    }
+  }
+}
+
+/** The class behind a wrapper; useValue and useFactory providers have only their instance's. */
+function classOf(wrapper: InstanceWrapper): (new (...args: any[]) => unknown) | undefined {
+  const metatype = !wrapper.metatype || wrapper.inject ? wrapper.instance?.constructor : wrapper.metatype;
+  return typeof metatype === 'function' ? (metatype as new (...args: any[]) => unknown) : undefined;
+}

@@ -1,0 +1,50 @@
+import { applyDecorators, HttpCode, SetMetadata, UseInterceptors } from '@nestjs/common';
+import { resolveClaimSpec } from '../core/claim-options.js';
+import type { ClaimSpec } from '../core/claim-strategy.js';
+import { IDEMPOTENT_WEBHOOK_METADATA } from '../idempotency.constants.js';
+import { missingKeyFunction } from '../idempotency.messages.js';
+import type { IdempotencyKeyExtractor, IdempotentWebhookOptions } from '../interfaces/index.js';
+import { IdempotencyInterceptor } from './idempotency.interceptor.js';
+
+/** What the decorator stores: the claim spec, resolved once, and the key extractor. */
+export interface IdempotentWebhookMetadata extends ClaimSpec {
+  key: IdempotencyKeyExtractor;
+}
+
+/**
+ * Makes a controller handler safe under at-least-once delivery: every event has exactly one
+ * visible effect. For HTTP routes (it answers 200: webhook senders expect 200, Nest answers POST
+ * with 201) and for `@EventPattern` / `@MessagePattern` microservice handlers. Alone it is
+ * enough: it applies the interceptor.
+ *
+ * ```ts
+ * @Post('stripe')
+ * @IdempotentWebhook({ key: (event) => event.id })
+ * handle(@Body() event: Stripe.Event, @WebhookTransaction() manager: EntityManager) { ... }
+ *
+ * @EventPattern('order.paid')
+ * @IdempotentWebhook({ key: (data) => data.eventId })
+ * onPaid(@Payload() data: OrderPaid) { ... }
+ * ```
+ *
+ * Transaction mode (default): write through the transaction's manager; claim and writes commit
+ * together. `mode: 'external'` (or `external: true`): a lease claim for work outside the database.
+ * For provider methods no interceptor reaches (queue consumers, cron jobs), use `@Idempotent`.
+ */
+export function IdempotentWebhook(options: IdempotentWebhookOptions): MethodDecorator {
+  if (typeof options?.key !== 'function') throw new TypeError(missingKeyFunction('@IdempotentWebhook'));
+  const { key } = options;
+  return (target, propertyKey, descriptor) => {
+    const spec = resolveClaimSpec(
+      '@IdempotentWebhook',
+      options,
+      `${target.constructor.name}.${String(propertyKey)}`,
+    );
+    const metadata: IdempotentWebhookMetadata = { ...spec, key };
+    applyDecorators(
+      SetMetadata(IDEMPOTENT_WEBHOOK_METADATA, metadata),
+      UseInterceptors(IdempotencyInterceptor),
+      HttpCode(200),
+    )(target, propertyKey, descriptor);
+  };
+}

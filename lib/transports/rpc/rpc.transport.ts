@@ -1,0 +1,69 @@
+import { Injectable, type ExecutionContext, type OnModuleInit } from '@nestjs/common';
+import {
+  EventInFlightError,
+  IdempotencyError,
+  IdempotencyUnavailableError,
+} from '../../idempotency.errors.js';
+import type { DeliveryTransport, SettledResult } from '../delivery-transport.js';
+
+/** The error an RPC caller receives from the library, as the transport serializes it. */
+export interface IdempotencyRpcError {
+  status: 'error';
+  code: IdempotencyError['code'];
+  message: string;
+  scope: string;
+  key?: string;
+  /** In flight and unavailable: seconds to wait before delivering again. */
+  retryAfterSeconds?: number;
+}
+
+/** @nestjs/microservices' RpcException, loaded only when an app has it (it is an optional peer). */
+type RpcExceptionClass = new (error: object) => Error;
+
+/**
+ * `@EventPattern` and `@MessagePattern` handlers of @nestjs/microservices (TCP, Redis, NATS,
+ * RabbitMQ, Kafka, ...). A processed message answers the handler's value; a replayed one answers
+ * nothing and the handler does not run, so the transport acknowledges it. The library's errors
+ * become RpcExceptions whose error is an `IdempotencyRpcError` (with the original as `cause`),
+ * so a `send()` caller sees the code and the retry delay; what each transport does with an error
+ * of an event handler is in the README ("Beyond HTTP").
+ */
+@Injectable()
+export class RpcTransport implements DeliveryTransport, OnModuleInit {
+  private rpcException?: RpcExceptionClass;
+
+  /** Loaded at start-up, not on the first message: an rpc context exists only with the package. */
+  async onModuleInit(): Promise<void> {
+    try {
+      this.rpcException = (await import('@nestjs/microservices')).RpcException as RpcExceptionClass;
+    } catch {
+      // No @nestjs/microservices: no rpc context will ever reach the interceptor.
+    }
+  }
+
+  /** `(data, context)`: the message's payload and its transport context (TcpContext, KafkaContext, ...). */
+  keyArguments(context: ExecutionContext): readonly unknown[] {
+    return [context.getArgByIndex(0), context.getArgByIndex(1)];
+  }
+
+  answer(result: SettledResult): unknown {
+    return result.kind === 'processed' ? result.value : undefined;
+  }
+
+  failure(error: unknown): unknown {
+    if (!(error instanceof IdempotencyError) || !this.rpcException) return error;
+    const payload: IdempotencyRpcError = {
+      status: 'error',
+      code: error.code,
+      message: error.message,
+      scope: error.scope,
+      key: error.key,
+    };
+    if (error instanceof EventInFlightError || error instanceof IdempotencyUnavailableError) {
+      payload.retryAfterSeconds = error.retryAfterSeconds;
+    }
+    const exception = new this.rpcException(payload);
+    (exception as { cause?: unknown }).cause = error;
+    return exception;
+  }
+}
