@@ -1,4 +1,4 @@
-/** Stops the server global-setup.mjs started (nothing to stop when DATABASE_URL was given). */
+/** Stops the servers global-setup.mjs started (nothing to stop for DATABASE_URL or REDIS_URL). */
 export default async function globalTeardown() {
-  await globalThis.__POSTGRES__?.stop();
+  await Promise.all([globalThis.__POSTGRES__?.stop(), globalThis.__REDIS__?.stop()]);
 }
