@@ -1,5 +1,30 @@
 import { DEFAULTS } from './idempotency.constants.js';
+import { unknownOption } from './idempotency.messages.js';
 import type { IdempotencyConfig, IdempotencyModuleOptions } from './interfaces/index.js';
+
+/**
+ * Every option, so a misspelt one fails the boot instead of being ignored (`leaseMss: 1000` would
+ * otherwise leave the 5-minute default in force). The Record type makes a new option that is not
+ * listed here a compile error.
+ */
+const KNOWN_OPTIONS: Record<keyof IdempotencyModuleOptions, true> = {
+  leaseMs: true,
+  concurrentDuplicateWaitMs: true,
+  retryAfterSeconds: true,
+  maxKeyLength: true,
+  slowTransactionWarnMs: true,
+  inFlightStatus: true,
+  reportEveryMs: true,
+  reportCron: true,
+  reporter: true,
+  maxAttempts: true,
+  retentionDays: true,
+  retentionBatchSize: true,
+  onExpiredLeases: true,
+  onOutcome: true,
+  prometheus: true,
+  preparedStatements: true,
+};
 
 /** Positive-number options, checked at start-up so a typo fails fast rather than at the first event. */
 const POSITIVE = [
@@ -18,6 +43,10 @@ const isPositive = (value: unknown) => typeof value === 'number' && value > 0;
 
 /** Merges the defaults into the user's options and rejects values that cannot work. */
 export function resolveIdempotencyConfig(options: IdempotencyModuleOptions = {}): IdempotencyConfig {
+  const known = Object.keys(KNOWN_OPTIONS);
+  for (const name of Object.keys(options ?? {})) {
+    if (!Object.hasOwn(KNOWN_OPTIONS, name)) throw new Error(unknownOption(name, closest(name, known)));
+  }
   const defined = Object.fromEntries(Object.entries(options).filter(([, value]) => value !== undefined));
   const config: IdempotencyConfig = {
     ...DEFAULTS,
@@ -51,4 +80,31 @@ export function resolveIdempotencyConfig(options: IdempotencyModuleOptions = {})
     );
   }
   return config;
+}
+
+/** The known name nearest to `name` by edit distance, if any is near enough to be a typo. */
+function closest(name: string, candidates: string[]): string | undefined {
+  let best: string | undefined;
+  let bestDistance = Infinity;
+  for (const candidate of candidates) {
+    const distance = editDistance(name.toLowerCase(), candidate.toLowerCase());
+    if (distance < bestDistance) [best, bestDistance] = [candidate, distance];
+  }
+  // Beyond a third of the name, a suggestion is noise.
+  return bestDistance <= Math.max(2, Math.ceil(name.length / 3)) ? best : undefined;
+}
+
+/** Levenshtein distance, in one row of memory. */
+function editDistance(a: string, b: string): number {
+  const row = Array.from({ length: b.length + 1 }, (_, index) => index);
+  for (let i = 1; i <= a.length; i++) {
+    let diagonal = row[0];
+    row[0] = i;
+    for (let j = 1; j <= b.length; j++) {
+      const above = row[j];
+      row[j] = Math.min(row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] === b[j - 1] ? 0 : 1));
+      diagonal = above;
+    }
+  }
+  return row[b.length];
 }

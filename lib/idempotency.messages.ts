@@ -117,3 +117,6 @@ export const webhookOffHandler = (where: string) =>
 
 export const methodOnHandler = (where: string) =>
   `@Idempotent on ${where}: a route or message handler; use @IdempotentWebhook, which answers duplicates in flight with 409/503 + Retry-After`;
+
+export const unknownOption = (name: string, suggestion: string | undefined) =>
+  `IdempotencyModule has no option ${name}${suggestion ? `; did you mean ${suggestion}?` : ''}`;

@@ -154,6 +154,7 @@ describe('module options checked at start-up', () => {
       { concurrentDuplicateWaitMs: -5 },
       'IdempotencyModule option concurrentDuplicateWaitMs must be zero or more, got -5',
     ],
+    [{ leaseMss: 1000 } as never, 'IdempotencyModule has no option leaseMss; did you mean leaseMs?'],
   ];
 
   for (const entry of ['forRoot', 'forRootAsync'] as const) {

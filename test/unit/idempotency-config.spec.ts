@@ -79,4 +79,21 @@ describe('resolveIdempotencyConfig', () => {
       `IdempotencyModule option inFlightStatus must be 409 or 503, got ${value}`,
     );
   });
+
+  it.each([
+    ['leaseMss', 'leaseMs'],
+    ['retentiondays', 'retentionDays'],
+    ['preparedStatement', 'preparedStatements'],
+    ['concurrentDuplicateWait', 'concurrentDuplicateWaitMs'],
+  ])('refuses the unknown option %p, naming the closest known one', (name, suggestion) => {
+    expect(() => resolveIdempotencyConfig({ [name]: 1 } as never)).toThrow(
+      `IdempotencyModule has no option ${name}; did you mean ${suggestion}?`,
+    );
+  });
+
+  it('refuses an unknown option that resembles nothing without a suggestion', () => {
+    expect(() => resolveIdempotencyConfig({ redisUrl: 'redis://x' } as never)).toThrow(
+      /^IdempotencyModule has no option redisUrl$/,
+    );
+  });
 });
