@@ -22,11 +22,16 @@ export interface BenchOptions {
   profileS: number;
   /** The library's concurrentDuplicateWaitMs (undefined: its default). */
   duplicateWaitMs?: number;
+  /**
+   * A git ref whose library and bench server are measured beside the current ones, interleaved
+   * in the headline repetitions (undefined: no baseline).
+   */
+  baseline?: string;
 }
 
 const USAGE = `npm run bench -- [--quick] [--adapter express|fastify|both] [--connections 32] [--pool 10]
   [--duration S] [--reps N] [--ratio-duration S] [--storm-rate N] [--storm-hold-ms MS]
-  [--duplicate-wait-ms MS] [--profile-duration S | --no-profile]`;
+  [--duplicate-wait-ms MS] [--profile-duration S | --no-profile] [--baseline GIT-REF]`;
 
 /** Parses `npm run bench -- ...`; --quick picks short durations for a CI smoke run (< 60 s). */
 export function parseBenchOptions(argv: string[]): BenchOptions {
@@ -45,6 +50,7 @@ export function parseBenchOptions(argv: string[]): BenchOptions {
       'duplicate-wait-ms': { type: 'string' },
       'no-profile': { type: 'boolean', default: false },
       'profile-duration': { type: 'string' },
+      baseline: { type: 'string' },
       help: { type: 'boolean', default: false },
     },
   });
@@ -85,5 +91,6 @@ export function parseBenchOptions(argv: string[]): BenchOptions {
     profileS: values['no-profile'] ? 0 : number(values['profile-duration'], quick ? 0 : 6),
     duplicateWaitMs:
       values['duplicate-wait-ms'] === undefined ? undefined : number(values['duplicate-wait-ms'], 0),
+    baseline: values.baseline || undefined,
   };
 }

@@ -1,6 +1,13 @@
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import pg from 'pg';
+import {
+  baselinePairResult,
+  isHeadlinePair,
+  measureBaselineRep,
+  startBaselineServer,
+  type LoadFn,
+} from './baseline-comparison.js';
 import type { AdapterName, BenchOptions } from './bench-options.js';
 import { keepAliveAgent, postJson } from './load/http-post.js';
 import { runLoad, type LoadResult } from './load/load-run.js';
@@ -8,7 +15,16 @@ import { round, spread } from './load/percentiles.js';
 import { runStorm } from './load/storm.js';
 import { eventIds, stripeEventBody } from './load/stripe-event.js';
 import { attributeCpu } from './report/cpu-attribution.js';
-import type { AdapterResult, CellResult, RatioRep, RatioResult, Trace } from './report/bench-result.js';
+import type {
+  AdapterResult,
+  BaselinePairResult,
+  BaselineRep,
+  CellResult,
+  RatioRep,
+  RatioResult,
+  Trace,
+} from './report/bench-result.js';
+import type { BaselineCheckout } from './support/baseline-checkout.js';
 import { createBenchDatabase, type BenchPostgres } from './support/bench-postgres.js';
 import { ServerProcess } from './support/server-process.js';
 import { StatementStats } from './support/statement-stats.js';
@@ -33,12 +49,17 @@ const began = performance.now();
 const log = (message: string) =>
   console.log(`[bench ${((performance.now() - began) / 1000).toFixed(1).padStart(5)} s] ${message}`);
 
-/** Every measurement of issue 5 on one adapter, against a fresh database and a fresh server. */
+/**
+ * Every measurement of issue 5 on one adapter, against a fresh database and a fresh server. With
+ * a `baseline` checkout, its own bench server also runs during the headline repetitions, which
+ * then measure both servers interleaved.
+ */
 export async function runAdapter(
   adapter: AdapterName,
   options: BenchOptions,
   postgres: BenchPostgres,
   target: RunTarget,
+  baseline?: BaselineCheckout,
 ): Promise<AdapterResult> {
   const startedAt = new Date().toISOString();
   const database = await createBenchDatabase(postgres.adminUrl);
@@ -55,15 +76,11 @@ export async function runAdapter(
   await checker.connect();
   let cellNumber = 0;
   const nextCell = () => eventIds(target.runTag, (cellNumber++).toString(36).padStart(3, '0'));
-  const load = (variant: Variant, workload: Workload, durationS: number, ids = nextCell()) =>
-    runLoad({
-      url: server.url,
-      variant,
-      workload,
-      durationS,
-      connections: options.connections,
-      nextId: ids.next,
-    });
+  const loadOn =
+    (url: string) =>
+    (variant: Variant, workload: Workload, durationS: number, ids = nextCell()) =>
+      runLoad({ url, variant, workload, durationS, connections: options.connections, nextId: ids.next });
+  const load = loadOn(server.url);
 
   try {
     log(`${adapter}: server at ${server.url}, warming up`);
@@ -84,7 +101,30 @@ export async function runAdapter(
       }
     }
 
-    const ratios = await interleavedRatios(options, load, adapter);
+    let ratios: Record<string, RatioResult>;
+    let baselineResult: Pick<AdapterResult, 'baseline' | 'baselineServerLog'> = {};
+    if (baseline) {
+      // The same database when the schema is the same: both servers then write to the very same
+      // tables and indexes, so the direct ratio differs by the library's code alone.
+      const baselineUrl = baseline.sameSchema
+        ? database.url
+        : (await baseline.createDatabase(postgres.adminUrl)).url;
+      log(`${adapter}: baseline server (${baseline.commit.slice(0, 7)}), warming up`);
+      const side = await startBaselineServer(baseline, adapter, options, baselineUrl, loadOn);
+      try {
+        const measured = await interleavedRatios(options, load, adapter, side.load);
+        ratios = measured.ratios;
+        baselineResult = {
+          baseline: measured.baseline,
+          baselineServerLog: { lines: side.server.log.count, tail: side.server.log.lines },
+        };
+      } finally {
+        // Stopped before the storm and the profiles, which measure the current server alone.
+        await side.server.stop();
+      }
+    } else {
+      ratios = (await interleavedRatios(options, load, adapter)).ratios;
+    }
     const storm = [];
     for (const variant of options.storm.variants) {
       const ids = nextCell();
@@ -125,6 +165,7 @@ export async function runAdapter(
       storm,
       cpu,
       serverLog: { lines: server.log.count, tail: server.log.lines },
+      ...baselineResult,
     };
   } finally {
     await checker.end();
@@ -214,18 +255,38 @@ async function measureCell(
 
 /**
  * Each pair's sides alternate (lib raw, raw lib, ...) for `reps` repetitions, so drift on a shared
- * machine falls on both; the ratio is taken within each repetition.
+ * machine falls on both; the ratio is taken within each repetition. With `baseline` (the
+ * baseline server's load), each headline pair's repetition runs four sides, both servers'.
  */
 async function interleavedRatios(
   options: BenchOptions,
-  load: (variant: Variant, workload: Workload, durationS: number) => Promise<LoadResult>,
+  load: LoadFn,
   adapter: string,
-): Promise<Record<string, RatioResult>> {
+  baseline?: LoadFn,
+): Promise<{ ratios: Record<string, RatioResult>; baseline?: Record<string, BaselinePairResult> }> {
   // The reference pairs double the time; a quick run (< 60 s) keeps to the headline.
   const pairs = options.mode === 'full' ? [...HEADLINE_PAIRS, ...REFERENCE_PAIRS] : HEADLINE_PAIRS;
   const reps: Record<string, RatioRep[]> = Object.fromEntries(pairs.map((pair) => [pair.name, []]));
+  const baselineReps: Record<string, BaselineRep[]> = Object.fromEntries(
+    HEADLINE_PAIRS.map((pair) => [pair.name, []]),
+  );
   for (let rep = 0; rep < options.reps; rep++) {
     for (const pair of pairs) {
+      if (baseline && isHeadlinePair(pair)) {
+        const both = await measureBaselineRep(rep, pair, load, baseline, options.ratioS);
+        baselineReps[pair.name].push(both);
+        const current = (variant: Variant) =>
+          both.sides.find((side) => side.side === 'current' && side.variant === variant)!;
+        reps[pair.name].push({
+          first: both.sides.find((side) => side.side === 'current')!.variant,
+          libEventsPerSecond: current(pair.lib).eventsPerSecond,
+          rawEventsPerSecond: current(pair.raw).eventsPerSecond,
+          ratio: both.current,
+          libP50Ms: current(pair.lib).p50Ms,
+          rawP50Ms: current(pair.raw).p50Ms,
+        });
+        continue;
+      }
       const order: Variant[] = rep % 2 === 0 ? [pair.raw, pair.lib] : [pair.lib, pair.raw];
       const runs: Partial<Record<Variant, LoadResult>> = {};
       for (const variant of order) runs[variant] = await load(variant, 'unique', options.ratioS);
@@ -242,10 +303,17 @@ async function interleavedRatios(
     }
     log(
       `${adapter} ratios rep ${rep + 1}/${options.reps}: ` +
-        pairs.map((pair) => `${pair.name} ${reps[pair.name].at(-1)!.ratio.toFixed(3)}`).join(', '),
+        pairs.map((pair) => `${pair.name} ${reps[pair.name].at(-1)!.ratio.toFixed(3)}`).join(', ') +
+        (baseline
+          ? '; baseline ' +
+            HEADLINE_PAIRS.map((pair) => {
+              const both = baselineReps[pair.name].at(-1)!;
+              return `${pair.name} ${both.baseline.toFixed(3)}, ${pair.lib} current/baseline ${both.direct.toFixed(3)}`;
+            }).join(', ')
+          : ''),
     );
   }
-  return Object.fromEntries(
+  const ratios = Object.fromEntries(
     pairs.map((pair) => [
       pair.name,
       {
@@ -254,13 +322,20 @@ async function interleavedRatios(
       },
     ]),
   );
+  if (!baseline) return { ratios };
+  return {
+    ratios,
+    baseline: Object.fromEntries(
+      HEADLINE_PAIRS.map((pair) => [pair.name, baselinePairResult(baselineReps[pair.name])]),
+    ),
+  };
 }
 
 /** CPU profiles of raw-tx and lib-tx under the same load, after a warm-up, attributed by code location. */
 async function profile(
   options: BenchOptions,
   server: ServerProcess,
-  load: (variant: Variant, workload: Workload, durationS: number) => Promise<LoadResult>,
+  load: LoadFn,
   adapter: string,
   target: RunTarget,
 ) {

@@ -4,17 +4,22 @@ import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
 import { join } from 'node:path';
 import * as prettier from 'prettier';
+import { baselineWarmS } from './baseline-comparison.js';
 import { parseBenchOptions } from './bench-options.js';
 import { summarize, type AdapterResult, type BenchRun } from './report/bench-result.js';
 import { renderMarkdown, renderReadmeSummary } from './report/markdown.js';
 import { runAdapter } from './run-adapter.js';
+import { checkoutBaseline, type BaselineCheckout } from './support/baseline-checkout.js';
 import { startBenchPostgres } from './support/bench-postgres.js';
 
 /**
  * `npm run bench`: starts PostgreSQL, then per adapter a bench server in its own process, and
  * loads it from this process. Writes bench/results/<date>-<adapters>[-quick].{md,json}; a full
  * run also writes bench/results/latest.json and the latest table into bench/README.md.
+ * `--baseline <git-ref>` also checks that ref out into a temporary worktree and measures its own
+ * bench server in the headline repetitions (bench/baseline-comparison.ts); the name gets `-vs-<sha>`.
  */
+const REPO_DIR = fileURLToPath(new URL('../../', import.meta.url));
 const BENCH_DIR = fileURLToPath(new URL('../../bench/', import.meta.url));
 const RESULTS_DIR = join(BENCH_DIR, 'results');
 const README = join(BENCH_DIR, 'README.md');
@@ -27,10 +32,26 @@ const stamp = new Date()
   .toISOString()
   .slice(0, 16)
   .replace(/[:T]/g, (c) => (c === 'T' ? '-' : ''));
-const name = `${stamp}-${options.adapters.join('-')}${options.mode === 'quick' ? '-quick' : ''}`;
+// Before PostgreSQL starts: a ref that does not exist or does not compile fails the run at once.
+const baseline = options.baseline ? checkoutBaseline(options.baseline, REPO_DIR) : undefined;
+if (baseline) {
+  // An interrupted run must not leave a worktree registered in the repository.
+  for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+    process.once(signal, () => {
+      baseline.remove();
+      process.kill(process.pid, signal);
+    });
+  }
+}
+const name =
+  `${stamp}-${options.adapters.join('-')}${options.mode === 'quick' ? '-quick' : ''}` +
+  (baseline ? `-vs-${baseline.commit.slice(0, 7)}` : '');
 await mkdir(RESULTS_DIR, { recursive: true });
 
-const postgres = await startBenchPostgres();
+const postgres = await startBenchPostgres().catch((error: unknown) => {
+  baseline?.remove();
+  throw error;
+});
 const adapters: AdapterResult[] = [];
 try {
   const environment = {
@@ -42,9 +63,25 @@ try {
   };
   for (const adapter of options.adapters) {
     const target = { resultsDir: RESULTS_DIR, stamp, runTag: randomBytes(3).toString('hex') };
-    adapters.push(await runAdapter(adapter, options, postgres, target));
+    adapters.push(await runAdapter(adapter, options, postgres, target, baseline));
   }
-  const run: BenchRun = { mode: options.mode, options, environment, adapters };
+  const run: BenchRun = {
+    mode: options.mode,
+    options,
+    environment,
+    ...(baseline && {
+      baseline: {
+        ref: baseline.ref,
+        commit: baseline.commit,
+        subject: baseline.subject,
+        current: baseline.current,
+        database: baseline.sameSchema ? ('shared' as const) : ('own' as const),
+        serverChanged: baseline.serverChanged,
+        warmS: baselineWarmS(options),
+      },
+    }),
+    adapters,
+  };
   const markdown = renderMarkdown(run);
   await writeFile(join(RESULTS_DIR, `${name}.json`), `${JSON.stringify(run, null, 2)}\n`);
   await writeFile(join(RESULTS_DIR, `${name}.md`), markdown);
@@ -67,9 +104,33 @@ try {
       `[bench] ${summary.adapter}: ${JSON.stringify({ ratios: summary.ratios, storm: summary.storm })}`,
     );
   }
+  if (baseline) printBaseline(baseline, adapters);
   console.log(`[bench] done in ${((Date.now() - began) / 1000).toFixed(1)} s`);
 } finally {
-  await postgres.stop();
+  try {
+    await postgres.stop();
+  } finally {
+    baseline?.remove();
+  }
+}
+
+/** Both servers' headline ratios and the direct ones, per adapter. */
+function printBaseline(baseline: BaselineCheckout, adapters: AdapterResult[]): void {
+  const figure = ({ median, min, max }: { median: number; min: number; max: number }) =>
+    `${median.toFixed(3)} (${min.toFixed(3)}–${max.toFixed(3)})`;
+  const name = baseline.commit.startsWith(baseline.ref)
+    ? baseline.commit.slice(0, 7)
+    : `${baseline.ref} (${baseline.commit.slice(0, 7)})`;
+  console.log(`[bench] against ${name}, median (min–max):`);
+  for (const result of adapters) {
+    for (const [pair, ratios] of Object.entries(result.baseline ?? {})) {
+      const lib = pair.split('/')[0];
+      console.log(
+        `[bench] ${result.adapter} ${pair}: current ${figure(ratios.current)}, baseline ${figure(ratios.baseline)}; ` +
+          `${lib} current/baseline ${figure(ratios.direct)} (control, raw current/baseline ${figure(ratios.directRaw)})`,
+      );
+    }
+  }
 }
 
 /** Replaces the tables between the markers in bench/README.md. */

@@ -55,6 +55,61 @@ export interface RatioResult {
   reps: RatioRep[];
 }
 
+/** Median, min and max over the repetitions, and every repetition's value. */
+export interface Spread {
+  median: number;
+  min: number;
+  max: number;
+  values: number[];
+}
+
+/** One side of a baseline repetition: which server, which route, what it did. */
+export interface BaselineSide {
+  side: 'current' | 'baseline';
+  variant: Variant;
+  eventsPerSecond: number;
+  p50Ms: number;
+  /** non-2xx answers plus socket errors and timeouts; 0 is expected (all keys unique). */
+  errors: number;
+}
+
+/** One repetition of a headline pair on both servers: four runs, in `sides` order. */
+export interface BaselineRep {
+  sides: BaselineSide[];
+  /** current lib / current raw, baseline lib / baseline raw, current lib / baseline lib, current raw / baseline raw. */
+  current: number;
+  baseline: number;
+  direct: number;
+  directRaw: number;
+}
+
+/** A headline pair measured on the current code and on the baseline's, interleaved. */
+export interface BaselinePairResult {
+  /** lib/raw in the current server (the same repetitions as the headline ratio). */
+  current: Spread;
+  /** lib/raw in the baseline server: its own ratio against the same hand-written SQL. */
+  baseline: Spread;
+  /** current lib / baseline lib, within each repetition. */
+  direct: Spread;
+  /** current raw / baseline raw: the same hand-written SQL in both, so this shows the noise between the two processes. */
+  directRaw: Spread;
+  reps: BaselineRep[];
+}
+
+/** Which code the baseline is, and how its server ran (`--baseline`). */
+export interface BaselineInfo {
+  ref: string;
+  commit: string;
+  subject: string;
+  current: { commit: string; dirty: boolean };
+  /** shared: on the current side's database (same schema); own: a fresh one made by the baseline's code. */
+  database: 'shared' | 'own';
+  /** bench/server or its protocol differ from the current ones (then raw-* are not the same code on both sides). */
+  serverChanged: boolean;
+  /** Seconds of load per headline variant on the baseline server before the repetitions. */
+  warmS: number;
+}
+
 /** What one traced delivery sent to the database. */
 export interface Trace {
   status: number;
@@ -77,6 +132,10 @@ export interface AdapterResult {
   storm: StormResult[];
   cpu: { profiles: Record<string, string>; 'lib-tx'?: CpuAttribution; 'raw-tx'?: CpuAttribution } | null;
   serverLog: { lines: number; tail: string[] };
+  /** `--baseline` only: the headline pairs on both servers, by pair name. */
+  baseline?: Record<string, BaselinePairResult>;
+  /** `--baseline` only: the baseline server's output (errors and warnings). */
+  baselineServerLog?: { lines: number; tail: string[] };
 }
 
 /** A whole run: one or both adapters. */
@@ -84,6 +143,8 @@ export interface BenchRun {
   mode: BenchOptions['mode'];
   options: BenchOptions;
   environment: Record<string, string | number>;
+  /** `--baseline` only. */
+  baseline?: BaselineInfo;
   adapters: AdapterResult[];
 }
 
@@ -119,6 +180,19 @@ export function summarize(result: AdapterResult) {
       ratio: libStorm.p99Ratio,
       duplicateAnswers: libStorm.duplicates.answers,
     },
+    ...(result.baseline && {
+      baseline: Object.fromEntries(
+        Object.entries(result.baseline).map(([pair, { current, baseline, direct, directRaw }]) => [
+          pair,
+          Object.fromEntries(
+            Object.entries({ current, baseline, direct, directRaw }).map(([name, { median, min, max }]) => [
+              name,
+              { median, min, max },
+            ]),
+          ),
+        ]),
+      ),
+    }),
     cpu: result.cpu?.['lib-tx'] && {
       libTxCpuUsPerEvent: result.cpu['lib-tx'].cpuUsPerEvent,
       rawTxCpuUsPerEvent: result.cpu['raw-tx']?.cpuUsPerEvent ?? null,

@@ -1,8 +1,56 @@
 import type { TracedQuery } from '../server/query-counter.js';
 import { VARIANT_DESCRIPTIONS, VARIANTS, WORKLOADS, type Workload } from '../variants.js';
-import type { AdapterResult, BenchRun, CellResult } from './bench-result.js';
+import type { AdapterResult, BaselineInfo, BenchRun, CellResult, Spread } from './bench-result.js';
 
 const pct = (share: number) => `${(share * 100).toFixed(1)}%`;
+const spreadCell = (spread: Spread) =>
+  `**${spread.median.toFixed(3)}** (${spread.min.toFixed(3)}–${spread.max.toFixed(3)})`;
+
+/** The ref as given, and the commit it names unless the ref is that commit's hash. */
+function baselineName(info: BaselineInfo): string {
+  return info.commit.startsWith(info.ref)
+    ? `\`${info.commit.slice(0, 7)}\``
+    : `\`${info.ref}\` (${info.commit.slice(0, 7)})`;
+}
+
+/** One line on which code the baseline is and how it ran. */
+function baselineLine(info: BaselineInfo): string {
+  return (
+    `Baseline ${baselineName(info)}, "${info.subject}": its own lib and bench server, ` +
+    `compiled in a temporary git worktree, in a second server process on ` +
+    (info.database === 'shared'
+      ? 'the same database (its schema is the current one)'
+      : 'its own fresh database (its schema differs from the current one)') +
+    `, each headline route warmed ${info.warmS} s. Current: ${info.current.commit.slice(0, 7)}` +
+    (info.current.dirty ? ' with uncommitted changes in lib/ or bench/' : '') +
+    '.' +
+    (info.serverChanged
+      ? ' **Its bench/server differs from the current one**: the raw-* routes are not the same code on both sides.'
+      : ' Its bench/server is the same code as the current one.')
+  );
+}
+
+/** Both servers' headline ratios and the direct ones, one row per adapter. */
+function baselineTable(run: BenchRun): string[] {
+  const info = run.baseline;
+  const measured = run.adapters.filter((result) => result.baseline);
+  if (!info || measured.length === 0) return [];
+  const lines = [
+    `Against ${baselineName(info)}, interleaved in the same repetitions (median, min–max):`,
+    '',
+    '| adapter | pair | current lib/raw | baseline lib/raw | current lib / baseline lib | control: current raw / baseline raw |',
+    '|---|---|---:|---:|---:|---:|',
+  ];
+  for (const result of measured) {
+    for (const [pair, ratios] of Object.entries(result.baseline!)) {
+      lines.push(
+        `| ${result.adapter} | ${pair} | ${spreadCell(ratios.current)} | ${spreadCell(ratios.baseline)} | ` +
+          `${spreadCell(ratios.direct)} | ${spreadCell(ratios.directRaw)} |`,
+      );
+    }
+  }
+  return lines;
+}
 
 /** A statement as a short label: `START TRANSACTION`, `INSERT INTO orders`, ... */
 function label(query: TracedQuery): string {
@@ -45,7 +93,38 @@ function cellsTable(result: AdapterResult, workload: Workload): string[] {
   ];
 }
 
-function adapterSection(result: AdapterResult): string[] {
+function baselineReps(result: AdapterResult, info: BaselineInfo): string[] {
+  const lines = [
+    `### Against ${baselineName(info)}: every repetition`,
+    '',
+    '| pair | rep | events/s in the order run | current lib/raw | baseline lib/raw | lib current/baseline | raw current/baseline | errors |',
+    '|---|---:|---|---:|---:|---:|---:|---:|',
+  ];
+  for (const [pair, ratios] of Object.entries(result.baseline!)) {
+    ratios.reps.forEach((rep, index) => {
+      const order = rep.sides
+        .map((side) => `${side.side} ${side.variant} ${side.eventsPerSecond}`)
+        .join(' → ');
+      const errors = rep.sides.reduce((sum, side) => sum + side.errors, 0);
+      lines.push(
+        `| ${pair} | ${index + 1} | ${order} | ${rep.current.toFixed(3)} | ${rep.baseline.toFixed(3)} | ` +
+          `${rep.direct.toFixed(3)} | ${rep.directRaw.toFixed(3)} | ${errors} |`,
+      );
+    });
+  }
+  lines.push('');
+  if (result.baselineServerLog && result.baselineServerLog.lines > 0) {
+    lines.push(
+      `Baseline server log: ${result.baselineServerLog.lines} lines (errors/warnings); last ones:`,
+      '',
+      '```',
+    );
+    lines.push(...result.baselineServerLog.tail.slice(-10), '```', '');
+  }
+  return lines;
+}
+
+function adapterSection(result: AdapterResult, info: BaselineInfo | undefined): string[] {
   const lines: string[] = [`## ${result.adapter}`, '', `${result.startedAt} → ${result.finishedAt}`, ''];
   lines.push('### Throughput ratios, interleaved (the first two are the headline)', '');
   lines.push(
@@ -59,6 +138,7 @@ function adapterSection(result: AdapterResult): string[] {
     );
   }
   lines.push('');
+  if (info && result.baseline) lines.push(...baselineReps(result, info));
   for (const [pair, path] of Object.entries(result.happyPath)) {
     lines.push(
       `Happy path, ${pair}: ${path.lib} round trips vs ${path.raw} — ` +
@@ -152,7 +232,8 @@ export function renderMarkdown(run: BenchRun): string {
     ...VARIANTS.map((variant) => `| ${variant} | ${VARIANT_DESCRIPTIONS[variant]} |`),
     '',
   ];
-  for (const result of run.adapters) lines.push(...adapterSection(result));
+  if (run.baseline) lines.push(baselineLine(run.baseline), '', ...baselineTable(run), '');
+  for (const result of run.adapters) lines.push(...adapterSection(result, run.baseline));
   return lines.join('\n');
 }
 
@@ -182,6 +263,7 @@ export function renderReadmeSummary(run: BenchRun, file: string): string {
         `${ratio('raw-tx-intercepted/raw-tx')} | ${ratio('lib-tx/raw-tx-intercepted')} |`,
     );
   }
+  if (run.baseline) lines.push('', ...baselineTable(run));
   lines.push(
     '',
     'All keys unique:',

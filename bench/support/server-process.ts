@@ -13,6 +13,8 @@ export interface ServerProcessOptions {
   databaseUrl: string;
   poolSize: number;
   duplicateWaitMs?: number;
+  /** Another checkout's compiled bench/server/main.js (`--baseline`); this checkout's by default. */
+  entry?: string;
 }
 
 /** The last lines a process printed, and how many it printed in all. */
@@ -53,7 +55,7 @@ export class ServerProcess {
   }
 
   static async start(options: ServerProcessOptions): Promise<ServerProcess> {
-    const child = fork(SERVER_ENTRY, [], {
+    const child = fork(options.entry ?? SERVER_ENTRY, [], {
       env: {
         ...process.env,
         BENCH_DATABASE_URL: options.databaseUrl,

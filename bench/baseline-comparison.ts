@@ -1,0 +1,136 @@
+import pg from 'pg';
+import type { AdapterName, BenchOptions } from './bench-options.js';
+import type { LoadResult } from './load/load-run.js';
+import { round, spread } from './load/percentiles.js';
+import type { BaselinePairResult, BaselineRep, BaselineSide } from './report/bench-result.js';
+import type { BaselineCheckout } from './support/baseline-checkout.js';
+import { ServerProcess } from './support/server-process.js';
+import { HEADLINE_PAIRS, type Pair, type Variant, type Workload } from './variants.js';
+
+/** Closed-loop load on one server's route (a fresh id prefix per call). */
+export type LoadFn = (variant: Variant, workload: Workload, durationS: number) => Promise<LoadResult>;
+
+/** The routes the baseline server is measured on: both sides of every headline pair. */
+const BASELINE_VARIANTS: Variant[] = HEADLINE_PAIRS.flatMap((pair) => [pair.lib, pair.raw]);
+
+/**
+ * Seconds of load per headline route on the baseline server before the repetitions: about what the
+ * current server's routes ran before theirs (the warm-up and the unique-key cell), so neither
+ * side is measured colder.
+ */
+export function baselineWarmS(options: BenchOptions): number {
+  return options.warmS + options.cellS;
+}
+
+/** Whether a pair is measured on both servers. */
+export function isHeadlinePair(pair: Pair): boolean {
+  return HEADLINE_PAIRS.some((headline) => headline.name === pair.name);
+}
+
+/**
+ * Starts the baseline's own bench server (its compiled bench/server/main.js, unmodified) on
+ * `databaseUrl`, with the current server's settings, and warms its headline routes. Every warm-up
+ * answer must be 2xx with its order row in the database: a baseline that fails fast would
+ * otherwise look fast.
+ */
+export async function startBaselineServer(
+  checkout: BaselineCheckout,
+  adapter: AdapterName,
+  options: BenchOptions,
+  databaseUrl: string,
+  loadOn: (url: string) => LoadFn,
+): Promise<{ server: ServerProcess; load: LoadFn }> {
+  const server = await ServerProcess.start({
+    adapter,
+    databaseUrl,
+    poolSize: options.poolSize,
+    duplicateWaitMs: options.duplicateWaitMs,
+    entry: checkout.serverEntry,
+  });
+  const load = loadOn(server.url);
+  const checker = new pg.Client({ connectionString: databaseUrl });
+  try {
+    await checker.connect();
+    for (const variant of BASELINE_VARIANTS) {
+      const result = await load(variant, 'unique', baselineWarmS(options));
+      const { rows } = await checker.query(
+        `SELECT count(*)::int AS n FROM unnest($1::text[]) AS answered(id)
+         WHERE NOT EXISTS (SELECT 1 FROM orders WHERE event_id = answered.id)`,
+        [result.answeredIds],
+      );
+      const failed = result.non2xx + result.errors;
+      if (failed > 0 || rows[0].n > 0 || result.answeredIds.length === 0) {
+        throw new Error(
+          `baseline ${checkout.ref} ${adapter} /${variant}: ${result.answeredIds.length} answered 2xx, ` +
+            `${failed} failed (${JSON.stringify(result.statuses)}), ${rows[0].n} without their order row\n` +
+            server.log.lines.join('\n'),
+        );
+      }
+    }
+  } catch (error) {
+    await server.stop();
+    throw error;
+  } finally {
+    await checker.end();
+  }
+  return { server, load };
+}
+
+/**
+ * One repetition of a headline pair on both servers: current lib, current raw, baseline lib,
+ * baseline raw, the order reversed every other repetition so drift falls on all four; the ratios
+ * are taken within the repetition.
+ */
+export async function measureBaselineRep(
+  rep: number,
+  pair: Pair,
+  current: LoadFn,
+  baseline: LoadFn,
+  durationS: number,
+): Promise<BaselineRep> {
+  const forward: [BaselineSide['side'], Variant][] = [
+    ['current', pair.lib],
+    ['current', pair.raw],
+    ['baseline', pair.lib],
+    ['baseline', pair.raw],
+  ];
+  const order = rep % 2 === 0 ? forward : [...forward].reverse();
+  const sides: BaselineSide[] = [];
+  for (const [side, variant] of order) {
+    const result = await (side === 'current' ? current : baseline)(variant, 'unique', durationS);
+    sides.push({
+      side,
+      variant,
+      eventsPerSecond: result.eventsPerSecond,
+      p50Ms: result.latencyMs.p50,
+      errors: result.non2xx + result.errors,
+    });
+  }
+  const rate = (side: BaselineSide['side'], variant: Variant) =>
+    sides.find((entry) => entry.side === side && entry.variant === variant)!.eventsPerSecond;
+  return {
+    sides,
+    current: rate('current', pair.lib) / rate('current', pair.raw),
+    baseline: rate('baseline', pair.lib) / rate('baseline', pair.raw),
+    direct: rate('current', pair.lib) / rate('baseline', pair.lib),
+    directRaw: rate('current', pair.raw) / rate('baseline', pair.raw),
+  };
+}
+
+/** Median, min and max of each ratio over the repetitions. */
+export function baselinePairResult(reps: BaselineRep[]): BaselinePairResult {
+  const of = (name: 'current' | 'baseline' | 'direct' | 'directRaw') => spread(reps.map((rep) => rep[name]));
+  return {
+    current: of('current'),
+    baseline: of('baseline'),
+    direct: of('direct'),
+    directRaw: of('directRaw'),
+    reps: reps.map((rep) => ({
+      ...rep,
+      current: round(rep.current, 3),
+      baseline: round(rep.baseline, 3),
+      direct: round(rep.direct, 3),
+      directRaw: round(rep.directRaw, 3),
+    })),
+  };
+}
