@@ -120,3 +120,6 @@ export const methodOnHandler = (where: string) =>
 
 export const unknownOption = (name: string, suggestion: string | undefined) =>
   `IdempotencyModule has no option ${name}${suggestion ? `; did you mean ${suggestion}?` : ''}`;
+
+export const eventKeyRejected = (reason: string) =>
+  `${reason}; the event was acknowledged without running its handler (a redelivery would be refused the same way)`;

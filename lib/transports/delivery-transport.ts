@@ -1,6 +1,13 @@
 import type { ExecutionContext } from '@nestjs/common';
 import type { ClaimResult } from '../core/claim-result.js';
 
+/**
+ * What `failure()` returns to end a delivery as handled instead of failed: for a delivery that
+ * can never succeed (an event with an unusable key), where failing would make a broker redeliver
+ * it forever. The transport has logged why.
+ */
+export const ACKNOWLEDGE = Symbol('idempotency:acknowledge');
+
 /** A claim that settled: the handler ran now, or had run before. */
 export type SettledResult = Exclude<ClaimResult<unknown>, { kind: 'in_flight' }>;
 
@@ -16,7 +23,8 @@ export interface DeliveryTransport {
   answer(result: SettledResult, context: ExecutionContext): unknown;
   /**
    * What the caller receives for an error: the library's own errors (idempotency.errors.ts,
-   * an in-flight duplicate among them) mapped to the transport's; a handler's errors unchanged.
+   * an in-flight duplicate among them) mapped to the transport's; a handler's errors unchanged;
+   * or ACKNOWLEDGE.
    */
   failure(error: unknown, context: ExecutionContext): unknown;
 }

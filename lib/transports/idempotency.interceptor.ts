@@ -13,7 +13,7 @@ import { IDEMPOTENCY_CONFIG, IDEMPOTENT_WEBHOOK_METADATA } from '../idempotency.
 import { EventInFlightError } from '../idempotency.errors.js';
 import { duplicateInFlight, unsupportedContext } from '../idempotency.messages.js';
 import type { IdempotencyConfig } from '../interfaces/index.js';
-import type { DeliveryTransport } from './delivery-transport.js';
+import { ACKNOWLEDGE, type DeliveryTransport } from './delivery-transport.js';
 import { DELIVERY_TRANSPORT_REGISTRY } from './delivery-transports.js';
 import type { IdempotentWebhookMetadata } from './idempotent-webhook.decorator.js';
 
@@ -52,7 +52,9 @@ export class IdempotencyInterceptor implements NestInterceptor {
           this.config.maxKeyLength,
         );
       } catch (error) {
-        subscriber.error(transport.failure(error, context));
+        const failure = transport.failure(error, context);
+        if (failure === ACKNOWLEDGE) subscriber.complete();
+        else subscriber.error(failure);
         return;
       }
       // next.handle() is cold: subscribing inside the delivery's context makes it visible to the

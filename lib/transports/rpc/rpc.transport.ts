@@ -1,10 +1,19 @@
-import { Injectable, type ExecutionContext, type OnModuleInit } from '@nestjs/common';
+import { Injectable, Logger, type ExecutionContext, type OnModuleInit } from '@nestjs/common';
 import {
   EventInFlightError,
   IdempotencyError,
   IdempotencyUnavailableError,
+  InvalidIdempotencyKeyError,
 } from '../../idempotency.errors.js';
-import type { DeliveryTransport, SettledResult } from '../delivery-transport.js';
+import { eventKeyRejected } from '../../idempotency.messages.js';
+import { ACKNOWLEDGE, type DeliveryTransport, type SettledResult } from '../delivery-transport.js';
+
+/**
+ * @nestjs/microservices' PATTERN_HANDLER_METADATA and PatternHandler.EVENT, as values rather than
+ * imports: the package is optional.
+ */
+const HANDLER_TYPE = 'microservices:handler_type';
+const EVENT_HANDLER = 2;
 
 /** The error an RPC caller receives from the library, as the transport serializes it. */
 export interface IdempotencyRpcError {
@@ -26,10 +35,13 @@ type RpcExceptionClass = new (error: object) => Error;
  * nothing and the handler does not run, so the transport acknowledges it. The library's errors
  * become RpcExceptions whose error is an `IdempotencyRpcError` (with the original as `cause`),
  * so a `send()` caller sees the code and the retry delay; what each transport does with an error
- * of an event handler is in the README ("Beyond HTTP").
+ * of an event handler is in the README ("Beyond HTTP"). An event whose key is unusable is logged
+ * and acknowledged rather than failed: its redelivery would fail the same way, and on Kafka a
+ * failing event is retried forever, blocking its partition.
  */
 @Injectable()
 export class RpcTransport implements DeliveryTransport, OnModuleInit {
+  private readonly logger = new Logger('IdempotencyModule');
   private rpcException?: RpcExceptionClass;
 
   /** Loaded at start-up, not on the first message: an rpc context exists only with the package. */
@@ -50,7 +62,14 @@ export class RpcTransport implements DeliveryTransport, OnModuleInit {
     return result.kind === 'processed' ? result.value : undefined;
   }
 
-  failure(error: unknown): unknown {
+  failure(error: unknown, context: ExecutionContext): unknown {
+    if (
+      error instanceof InvalidIdempotencyKeyError &&
+      Reflect.getMetadata(HANDLER_TYPE, context.getHandler()) === EVENT_HANDLER
+    ) {
+      this.logger.error(eventKeyRejected(error.message));
+      return ACKNOWLEDGE;
+    }
     if (!(error instanceof IdempotencyError) || !this.rpcException) return error;
     const payload: IdempotencyRpcError = {
       status: 'error',
