@@ -1,0 +1,263 @@
+import { describe, expect, it } from '@jest/globals';
+import fc from 'fast-check';
+import { checkIdempotencyKey, extractIdempotencyKey } from '../../lib/core/idempotency-key.js';
+import { InvalidIdempotencyKeyError } from '../../lib/idempotency.errors.js';
+import {
+  keyEmpty,
+  keyExtractorThrew,
+  keyHasNul,
+  keyNotString,
+  keyNotWellFormed,
+  keyTooLong,
+} from '../../lib/idempotency.messages.js';
+
+const SCOPE = 'PaymentsController.stripe';
+/** The module's default maxKeyLength. */
+const MAX = 255;
+
+/** What `run` threw; fails the test if it returned instead. */
+function thrown(run: () => unknown): unknown {
+  try {
+    run();
+  } catch (error) {
+    return error;
+  }
+  throw new Error('expected a rejection, but the key was accepted');
+}
+
+/** Asserts `run` rejected the key the way every transport relies on: the class, scope and exact message. */
+function expectRejected(run: () => unknown, message: string): void {
+  const error = thrown(run);
+  expect(error).toBeInstanceOf(InvalidIdempotencyKeyError);
+  expect(error).toMatchObject({ message, scope: SCOPE, key: undefined, code: 'IDEMPOTENCY_INVALID_KEY' });
+}
+
+/** V8's own well-formedness check (ES2024), the oracle for the library's regular expression. */
+const isWellFormed = (value: string) => (value as unknown as { isWellFormed(): boolean }).isWellFormed();
+
+/** One code point other than NUL, from every UTF-16 range: ASCII, the rest of the BMP, astral (a pair). */
+const codePoint = fc
+  .oneof(
+    fc.integer({ min: 0x01, max: 0x7f }),
+    fc.integer({ min: 0x80, max: 0xd7ff }),
+    fc.integer({ min: 0xe000, max: 0xffff }),
+    fc.integer({ min: 0x10000, max: 0x10ffff }),
+  )
+  .map((point) => String.fromCodePoint(point));
+
+/** One UTF-16 code unit, lone surrogates and NUL included: strings no well-behaved sender produces. */
+const codeUnit = fc
+  .oneof(
+    fc.constantFrom(0x00, 0xd800, 0xdbff, 0xdc00, 0xdfff),
+    fc.integer({ min: 0xd800, max: 0xdfff }),
+    fc.integer({ min: 0x00, max: 0xffff }),
+  )
+  .map((unit) => String.fromCharCode(unit));
+
+describe('checkIdempotencyKey', () => {
+  it.each([
+    ['undefined', undefined],
+    ['null', null],
+    ['number', 42],
+    ['boolean', true],
+    ['bigint', 42n],
+    ['object', { id: 'evt_1' }],
+    ['object', ['evt_1']],
+    ['function', () => 'evt_1'],
+  ])('rejects a key that is not a string (%s)', (_type, key) => {
+    expectRejected(() => checkIdempotencyKey(SCOPE, key, MAX), keyNotString(SCOPE, key));
+  });
+
+  it('names the type in the message, null apart from object', () => {
+    expect(keyNotString(SCOPE, null)).toBe(`Idempotency key of ${SCOPE} must be a string, got null`);
+    expect(keyNotString(SCOPE, {})).toBe(`Idempotency key of ${SCOPE} must be a string, got object`);
+    expect(keyNotString(SCOPE, undefined)).toBe(
+      `Idempotency key of ${SCOPE} must be a string, got undefined`,
+    );
+  });
+
+  it('rejects an empty key', () => {
+    expectRejected(() => checkIdempotencyKey(SCOPE, '', MAX), keyEmpty(SCOPE));
+  });
+
+  it('rejects a key one character longer than the maximum, giving both lengths', () => {
+    const key = 'k'.repeat(MAX + 1);
+    expectRejected(() => checkIdempotencyKey(SCOPE, key, MAX), keyTooLong(SCOPE, MAX + 1, MAX));
+    expect(keyTooLong(SCOPE, MAX + 1, MAX)).toContain(`is ${MAX + 1} characters long; the maximum is ${MAX}`);
+  });
+
+  it('counts UTF-16 code units: an emoji is two, so 128 of them exceed 255', () => {
+    const key = '😀'.repeat(128);
+    expectRejected(() => checkIdempotencyKey(SCOPE, key, MAX), keyTooLong(SCOPE, 256, MAX));
+  });
+
+  it.each([
+    ['at the start', '\u0000evt_1'],
+    ['in the middle', 'evt\u00001'],
+    ['at the end', 'evt_1\u0000'],
+    ['alone', '\u0000'],
+  ])('rejects a key with a NUL character %s', (_where, key) => {
+    expectRejected(() => checkIdempotencyKey(SCOPE, key, MAX), keyHasNul(SCOPE));
+  });
+
+  it.each([
+    ['a lone high surrogate at the end', 'evt_\uD83D'],
+    ['a lone high surrogate before a letter', '\uD83Dx'],
+    ['a lone low surrogate', 'evt_\uDE00'],
+    ['a low surrogate before its high one (reversed pair)', '\uDE00\uD83D'],
+    ['two high surrogates', '\uD83D\uD83D\uDE00'],
+  ])('rejects a key with %s', (_what, key) => {
+    expectRejected(() => checkIdempotencyKey(SCOPE, key, MAX), keyNotWellFormed(SCOPE));
+  });
+
+  it('checks length before content: a too-long key with a NUL is reported as too long', () => {
+    const key = `\u0000${'k'.repeat(MAX)}`;
+    expectRejected(() => checkIdempotencyKey(SCOPE, key, MAX), keyTooLong(SCOPE, MAX + 1, MAX));
+  });
+
+  it.each([
+    ['a Stripe event id', 'evt_1NXWPnHIKdBQ9Vt9q0J3zJqC'],
+    ['a UUID', '5f0c6f0e-6d6b-4b8e-9d62-1d0f3c6c2c55'],
+    ['emoji (surrogate pairs)', '😀🎉👍🏽'],
+    ['a ZWJ family emoji', '👨‍👩‍👧‍👦'],
+    ['non-Latin scripts', 'заказ-注文-طلب-🦄'],
+    ['combining marks', 'e\u0301vt'],
+    ['one character', 'k'],
+    ['spaces and control characters other than NUL', ' \t\r\n\u0001\u007f '],
+    ['a private-use code point', '\uE000\u{10FFFD}'],
+  ])('accepts %s unchanged', (_what, key) => {
+    expect(checkIdempotencyKey(SCOPE, key, MAX)).toBe(key);
+  });
+
+  it('accepts a key of exactly the maximum length, ASCII or with emoji', () => {
+    const ascii = 'k'.repeat(MAX);
+    expect(checkIdempotencyKey(SCOPE, ascii, MAX)).toBe(ascii);
+    const emoji = `k${'😀'.repeat((MAX - 1) / 2)}`;
+    expect(emoji).toHaveLength(MAX);
+    expect(checkIdempotencyKey(SCOPE, emoji, MAX)).toBe(emoji);
+    expect(checkIdempotencyKey(SCOPE, 'abc', 3)).toBe('abc');
+  });
+
+  it('property: any well-formed string of length 1..max without NUL is accepted unchanged', () => {
+    const keyAndMax = fc
+      .string({ unit: codePoint, minLength: 1, maxLength: 64, size: 'max' })
+      .chain((key) => fc.tuple(fc.constant(key), fc.integer({ min: key.length, max: key.length + 300 })));
+    fc.assert(
+      fc.property(keyAndMax, ([key, max]) => {
+        expect(checkIdempotencyKey(SCOPE, key, max)).toBe(key);
+      }),
+      { numRuns: 1000 },
+    );
+  });
+
+  it('property: the same at the default maximum of 255, including keys of exactly 255', () => {
+    const key = fc
+      // size 'max': lengths spread over the whole range, not fast-check's usual handful of characters.
+      .string({ unit: codePoint, minLength: 1, maxLength: MAX, size: 'max' })
+      .map((candidate) => {
+        // Astral code points are two units: trim whole code points until it fits.
+        const points = [...candidate];
+        while (points.join('').length > MAX) points.pop();
+        return points.join('');
+      })
+      .filter((candidate) => candidate.length > 0);
+    fc.assert(
+      fc.property(key, (candidate) => {
+        expect(checkIdempotencyKey(SCOPE, candidate, MAX)).toBe(candidate);
+      }),
+      { numRuns: 300 },
+    );
+  });
+
+  it('property: any string containing NUL is rejected (as too long if it is, else for the NUL)', () => {
+    const withNul = fc
+      .tuple(fc.string({ unit: codeUnit, maxLength: 40 }), fc.string({ unit: codeUnit, maxLength: 40 }))
+      .map(([before, after]) => `${before}\u0000${after}`);
+    fc.assert(
+      fc.property(withNul, fc.integer({ min: 1, max: 100 }), (key, max) => {
+        const message = key.length > max ? keyTooLong(SCOPE, key.length, max) : keyHasNul(SCOPE);
+        expectRejected(() => checkIdempotencyKey(SCOPE, key, max), message);
+      }),
+      { numRuns: 1000 },
+    );
+  });
+
+  it('property: on arbitrary UTF-16, accepted exactly when V8 calls it well-formed (and it has no NUL)', () => {
+    fc.assert(
+      fc.property(fc.string({ unit: codeUnit, minLength: 1, maxLength: 30, size: 'max' }), (key) => {
+        const expected = key.includes('\u0000')
+          ? keyHasNul(SCOPE)
+          : isWellFormed(key)
+            ? undefined
+            : keyNotWellFormed(SCOPE);
+        if (expected === undefined) expect(checkIdempotencyKey(SCOPE, key, MAX)).toBe(key);
+        else expectRejected(() => checkIdempotencyKey(SCOPE, key, MAX), expected);
+      }),
+      { numRuns: 2000 },
+    );
+  });
+});
+
+describe('extractIdempotencyKey', () => {
+  it('passes the delivery arguments to the extractor and checks what it returns', () => {
+    const body = { id: 'evt_1' };
+    const request = { headers: { 'x-github-delivery': 'gh-1' } };
+    const seen: unknown[][] = [];
+    const key = extractIdempotencyKey(
+      SCOPE,
+      (...args: unknown[]) => {
+        seen.push(args);
+        return (args[0] as { id: string }).id;
+      },
+      [body, request],
+      MAX,
+    );
+    expect(key).toBe('evt_1');
+    expect(seen).toEqual([[body, request]]);
+  });
+
+  it('turns an extractor that throws an Error into a bad key naming the scope and the error', () => {
+    const failure = new TypeError("Cannot read properties of undefined (reading 'id')");
+    expectRejected(
+      () =>
+        extractIdempotencyKey(
+          SCOPE,
+          () => {
+            throw failure;
+          },
+          [undefined],
+          MAX,
+        ),
+      keyExtractorThrew(SCOPE, failure),
+    );
+    expect(keyExtractorThrew(SCOPE, failure)).toBe(
+      `Idempotency key extractor of ${SCOPE} threw: Cannot read properties of undefined (reading 'id')`,
+    );
+  });
+
+  it('turns an extractor that throws a non-Error into a bad key too', () => {
+    expectRejected(
+      () =>
+        extractIdempotencyKey(
+          SCOPE,
+          () => {
+            throw 'no id header';
+          },
+          [],
+          MAX,
+        ),
+      `Idempotency key extractor of ${SCOPE} threw: no id header`,
+    );
+  });
+
+  it.each([
+    ['undefined', undefined, keyNotString(SCOPE, undefined)],
+    ['a number', 7, keyNotString(SCOPE, 7)],
+    ['an empty string', '', keyEmpty(SCOPE)],
+    ['a NUL', 'a\u0000b', keyHasNul(SCOPE)],
+    ['a lone surrogate', '\uD800', keyNotWellFormed(SCOPE)],
+    ['a too-long key', 'k'.repeat(11), keyTooLong(SCOPE, 11, 10)],
+  ])('applies the same checks to what the extractor returns (%s)', (_what, value, message) => {
+    expectRejected(() => extractIdempotencyKey(SCOPE, () => value, [], 10), message);
+  });
+});
