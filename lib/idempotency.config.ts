@@ -1,5 +1,12 @@
-import { DEFAULTS } from './idempotency.constants.js';
-import { unknownOption } from './idempotency.messages.js';
+import { DEFAULTS, MAX_TIMER_MS } from './idempotency.constants.js';
+import {
+  optionNotNonNegative,
+  optionNotOneOf,
+  optionNotPositive,
+  optionNotWhole,
+  optionTooLarge,
+  unknownOption,
+} from './idempotency.messages.js';
 import type { IdempotencyConfig, IdempotencyModuleOptions } from './interfaces/index.js';
 
 /**
@@ -38,6 +45,12 @@ const POSITIVE = [
   'slowTransactionWarnMs',
 ] as const;
 
+/**
+ * Millisecond options that become timers or intervals: above MAX_TIMER_MS Node fires them after
+ * 1 ms (a heartbeat or a report every millisecond), and Postgres cannot add Infinity to now().
+ */
+const TIMED = ['leaseMs', 'reportEveryMs', 'slowTransactionWarnMs', 'concurrentDuplicateWaitMs'] as const;
+
 /** Numbers only: '10' from an unparsed environment variable would work only by coercion. */
 const isPositive = (value: unknown) => typeof value === 'number' && value > 0;
 
@@ -56,28 +69,21 @@ export function resolveIdempotencyConfig(options: IdempotencyModuleOptions = {})
     ...defined,
   } as IdempotencyConfig;
   for (const name of POSITIVE) {
-    if (!isPositive(config[name])) {
-      throw new Error(
-        `IdempotencyModule option ${name} must be a positive number, got ${String(config[name])}`,
-      );
-    }
+    if (!isPositive(config[name])) throw new Error(optionNotPositive(name, config[name]));
   }
   const wait = config.concurrentDuplicateWaitMs;
   if (typeof wait !== 'number' || !(wait >= 0)) {
-    throw new Error(
-      `IdempotencyModule option concurrentDuplicateWaitMs must be zero or more, got ${String(config.concurrentDuplicateWaitMs)}`,
-    );
+    throw new Error(optionNotNonNegative('concurrentDuplicateWaitMs', wait));
   }
+  for (const name of TIMED) {
+    if (config[name] > MAX_TIMER_MS) throw new Error(optionTooLarge(name, config[name], MAX_TIMER_MS));
+  }
+  // Retry-After takes whole seconds (RFC 9110); 0.5 would be an invalid header.
   if (!Number.isInteger(config.retryAfterSeconds)) {
-    // Retry-After takes whole seconds (RFC 9110); 0.5 would be an invalid header.
-    throw new Error(
-      `IdempotencyModule option retryAfterSeconds must be a whole number, got ${config.retryAfterSeconds}`,
-    );
+    throw new Error(optionNotWhole('retryAfterSeconds', config.retryAfterSeconds));
   }
   if (config.inFlightStatus !== 409 && config.inFlightStatus !== 503) {
-    throw new Error(
-      `IdempotencyModule option inFlightStatus must be 409 or 503, got ${String(config.inFlightStatus)}`,
-    );
+    throw new Error(optionNotOneOf('inFlightStatus', [409, 503], config.inFlightStatus));
   }
   return config;
 }

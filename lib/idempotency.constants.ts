@@ -22,6 +22,12 @@ export const REPORTER_SCOPE = 'idempotency:expired-lease-reporter';
 /** Name of the job registered with SchedulerRegistry. */
 export const REPORTER_JOB_NAME = 'idempotency-expired-lease-reporter';
 
+/**
+ * The longest delay Node's timers take (2^31 - 1 ms, about 24.8 days); a longer one fires after
+ * 1 ms. Every millisecond option is bounded by it.
+ */
+export const MAX_TIMER_MS = 2 ** 31 - 1;
+
 /** Every default in one place; the option JSDoc repeats them. */
 export const DEFAULTS = {
   leaseMs: 300_000,

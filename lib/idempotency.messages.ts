@@ -123,3 +123,36 @@ export const unknownOption = (name: string, suggestion: string | undefined) =>
 
 export const eventKeyRejected = (reason: string) =>
   `${reason}; the event was acknowledged without running its handler (a redelivery would be refused the same way)`;
+
+export const claimOptionType = (option: string, expected: string) => `${option} must be ${expected}`;
+
+export const claimModeUnknown = (modes: readonly string[], got: unknown) =>
+  `mode must be one of ${modes.map((name) => `'${name}'`).join(', ')}, got ${String(got)}`;
+
+export const claimModeContradicted = (external: boolean, mode: string) =>
+  `external: ${external} contradicts mode: '${mode}'; give one of them`;
+
+export const claimLeaseOutOfRange = (got: unknown, max: number) =>
+  typeof got === 'number' && got > max
+    ? `leaseMs must be at most ${max} ms (about 24.8 days, the longest timer Node can set), got ${got}`
+    : `leaseMs must be a positive number of milliseconds, got ${String(got)}`;
+
+export const externalOnlyOptions = () =>
+  `leaseMs and heartbeat belong to external mode; add mode: 'external' or remove them`;
+
+export const notAMethod = (where: string) => `@Idempotent on ${where}: not a method`;
+
+export const optionNotPositive = (name: string, value: unknown) =>
+  `IdempotencyModule option ${name} must be a positive number, got ${String(value)}`;
+
+export const optionNotNonNegative = (name: string, value: unknown) =>
+  `IdempotencyModule option ${name} must be zero or more, got ${String(value)}`;
+
+export const optionTooLarge = (name: string, value: number, max: number) =>
+  `IdempotencyModule option ${name} must be at most ${max} ms (the longest timer Node can set), got ${value}`;
+
+export const optionNotWhole = (name: string, value: unknown) =>
+  `IdempotencyModule option ${name} must be a whole number, got ${String(value)}`;
+
+export const optionNotOneOf = (name: string, allowed: readonly unknown[], value: unknown) =>
+  `IdempotencyModule option ${name} must be ${allowed.join(' or ')}, got ${String(value)}`;

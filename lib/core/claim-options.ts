@@ -1,4 +1,12 @@
-import { badClaimOption } from '../idempotency.messages.js';
+import { MAX_TIMER_MS } from '../idempotency.constants.js';
+import {
+  badClaimOption,
+  claimLeaseOutOfRange,
+  claimModeContradicted,
+  claimModeUnknown,
+  claimOptionType,
+  externalOnlyOptions,
+} from '../idempotency.messages.js';
 import type { IdempotencyClaimOptions } from '../interfaces/index.js';
 import { IDEMPOTENCY_MODES } from '../strategies/claim-strategies.js';
 import type { ClaimSpec } from './claim-strategy.js';
@@ -15,29 +23,28 @@ export function resolveClaimSpec(
 ): ClaimSpec {
   const fail = (detail: string) => new TypeError(badClaimOption(where, detail));
   const scope = options.scope ?? defaultScope;
-  if (typeof scope !== 'string' || scope.length === 0) throw fail(`scope must be a non-empty string`);
+  if (typeof scope !== 'string' || scope.length === 0)
+    throw fail(claimOptionType('scope', 'a non-empty string'));
   const source = options.source ?? scope;
-  if (typeof source !== 'string' || source.length === 0) throw fail(`source must be a non-empty string`);
+  if (typeof source !== 'string' || source.length === 0)
+    throw fail(claimOptionType('source', 'a non-empty string'));
 
   const { external } = options;
-  if (external !== undefined && typeof external !== 'boolean') throw fail('external must be a boolean');
+  if (external !== undefined && typeof external !== 'boolean')
+    throw fail(claimOptionType('external', 'a boolean'));
   const mode = options.mode ?? (external ? 'external' : 'transaction');
-  if (!IDEMPOTENCY_MODES.includes(mode)) {
-    throw fail(
-      `mode must be one of ${IDEMPOTENCY_MODES.map((name) => `'${name}'`).join(', ')}, got ${String(mode)}`,
-    );
-  }
-  if (external !== undefined && external !== (mode === 'external')) {
-    throw fail(`external: ${external} contradicts mode: '${mode}'; give one of them`);
-  }
+  if (!IDEMPOTENCY_MODES.includes(mode)) throw fail(claimModeUnknown(IDEMPOTENCY_MODES, mode));
+  if (external !== undefined && external !== (mode === 'external'))
+    throw fail(claimModeContradicted(external, mode));
 
   const { leaseMs, heartbeat } = options;
-  if (leaseMs !== undefined && !(typeof leaseMs === 'number' && leaseMs > 0 && Number.isFinite(leaseMs))) {
-    throw fail(`leaseMs must be a positive number of milliseconds, got ${String(leaseMs)}`);
+  // Above the longest timer Node can set, the heartbeat would fire every millisecond, and an
+  // interval Postgres cannot add to now() would refuse every claim.
+  if (leaseMs !== undefined && !(typeof leaseMs === 'number' && leaseMs > 0 && leaseMs <= MAX_TIMER_MS)) {
+    throw fail(claimLeaseOutOfRange(leaseMs, MAX_TIMER_MS));
   }
-  if (heartbeat !== undefined && typeof heartbeat !== 'boolean') throw fail('heartbeat must be a boolean');
-  if (mode !== 'external' && (leaseMs !== undefined || heartbeat)) {
-    throw fail(`leaseMs and heartbeat belong to external mode; add mode: 'external' or remove them`);
-  }
+  if (heartbeat !== undefined && typeof heartbeat !== 'boolean')
+    throw fail(claimOptionType('heartbeat', 'a boolean'));
+  if (mode !== 'external' && (leaseMs !== undefined || heartbeat)) throw fail(externalOnlyOptions());
   return { scope, source, mode, leaseMs, heartbeat: heartbeat ?? false };
 }

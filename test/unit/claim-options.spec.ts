@@ -119,13 +119,28 @@ describe('resolveClaimSpec', () => {
     ['zero', 0, '0'],
     ['negative', -1_000, '-1000'],
     ['NaN', Number.NaN, 'NaN'],
-    ['Infinity', Number.POSITIVE_INFINITY, 'Infinity'],
     ['a numeric string (an unparsed environment variable)', '5000', '5000'],
     ['null', null, 'null'],
   ])('refuses leaseMs %s', (_what, leaseMs, shown) => {
     expectRefused(
       loose({ mode: 'external', leaseMs }),
       `${WHERE} leaseMs must be a positive number of milliseconds, got ${shown}`,
+    );
+  });
+
+  it.each([
+    ['Infinity', Number.POSITIVE_INFINITY, 'Infinity'],
+    ['one past the longest timer Node can set', 2 ** 31, '2147483648'],
+  ])('refuses leaseMs %s, which would fire the heartbeat every millisecond', (_what, leaseMs, shown) => {
+    expectRefused(
+      loose({ mode: 'external', leaseMs }),
+      `${WHERE} leaseMs must be at most 2147483647 ms (about 24.8 days, the longest timer Node can set), got ${shown}`,
+    );
+  });
+
+  it('accepts the longest lease a timer can hold', () => {
+    expect(resolveClaimSpec(WHERE, { mode: 'external', leaseMs: 2 ** 31 - 1 }, 'Scope.method').leaseMs).toBe(
+      2 ** 31 - 1,
     );
   });
 

@@ -96,4 +96,13 @@ describe('resolveIdempotencyConfig', () => {
       /^IdempotencyModule has no option redisUrl$/,
     );
   });
+
+  it.each(['leaseMs', 'reportEveryMs', 'slowTransactionWarnMs', 'concurrentDuplicateWaitMs'] as const)(
+    'refuses %s beyond the longest timer Node can set (it would fire every millisecond)',
+    (name) => {
+      expect(() => resolveIdempotencyConfig({ [name]: Number.POSITIVE_INFINITY })).toThrow(
+        `IdempotencyModule option ${name} must be at most 2147483647 ms (the longest timer Node can set), got Infinity`,
+      );
+    },
+  );
 });

@@ -4,7 +4,7 @@ import type { ClaimSpec } from '../../core/claim-strategy.js';
 import { extractIdempotencyKey } from '../../core/idempotency-key.js';
 import { IdempotencyService } from '../../core/idempotency.service.js';
 import { IDEMPOTENCY_CONFIG, IDEMPOTENT_METHOD_METADATA } from '../../idempotency.constants.js';
-import { methodNotBound, missingKeyFunction } from '../../idempotency.messages.js';
+import { methodNotBound, missingKeyFunction, notAMethod } from '../../idempotency.messages.js';
 import type { IdempotencyConfig, IdempotentOptions } from '../../interfaces/index.js';
 
 /** What `@Idempotent` stores on the method: the claim spec, resolved once, and the key extractor. */
@@ -54,7 +54,7 @@ export function Idempotent<Args extends any[] = any[]>(options: IdempotentOption
   return (target, propertyKey, descriptor: PropertyDescriptor) => {
     const original = descriptor.value as (...args: Args) => unknown;
     const scope = `${target.constructor.name}.${String(propertyKey)}`;
-    if (typeof original !== 'function') throw new TypeError(`@Idempotent on ${scope}: not a method`);
+    if (typeof original !== 'function') throw new TypeError(notAMethod(scope));
     const spec = resolveClaimSpec('@Idempotent', options, scope);
     const metadata: IdempotentMethodMetadata = { ...spec, key };
 
