@@ -48,6 +48,8 @@ export interface ClaimTransactionOptions {
  */
 export class ClaimTransaction {
   private client?: PoolClient;
+  /** release() was called: the runner's release from then on is ours, not a lost connection's. */
+  private released = false;
 
   constructor(
     private readonly runner: QueryRunner,
@@ -110,7 +112,18 @@ export class ClaimTransaction {
     return this.send(this.client, action);
   }
 
+  /**
+   * True when the transaction's connection was lost before release(): TypeORM releases a runner
+   * as soon as its pg client reports an error (a backend terminated while the handler waited
+   * between statements, a server gone), and the handler's next statement through the manager
+   * then fails with TypeORM's "already released" error rather than a database error.
+   */
+  get connectionLost(): boolean {
+    return this.runner.isReleased && !this.released;
+  }
+
   release(): Promise<void> {
+    this.released = true;
     return this.runner.release();
   }
 

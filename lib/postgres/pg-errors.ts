@@ -44,7 +44,11 @@ const CONNECTION_MESSAGES =
   /Connection terminated|connection error and is not queryable|Client was closed and is not queryable|timeout exceeded when trying to connect|Cannot use a pool after calling end|Connection is not established/i;
 
 /** TypeORM's errors of a connection it no longer has. */
-const CONNECTION_ERROR_NAMES = new Set(['QueryRunnerAlreadyReleasedError', 'ConnectionIsNotSetError']);
+const CONNECTION_ERROR_NAMES = new Set([
+  'QueryRunnerAlreadyReleasedError',
+  'QueryRunnerProviderAlreadyReleasedError',
+  'ConnectionIsNotSetError',
+]);
 
 /** The error and what it wraps (TypeORM's driverError, an Error's cause), nearest first. */
 function* layers(error: unknown): Generator<Record<string, unknown>> {

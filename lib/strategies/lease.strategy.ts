@@ -133,7 +133,7 @@ export class LeaseStrategy implements ClaimStrategy {
     const message = errorMessage(error).slice(0, DEFAULTS.maxErrorLength);
     let lost: boolean;
     try {
-      lost = (await this.statements.update(LEASE_FAIL, [spec.scope, key, token, message])) === 0;
+      lost = !(await this.markFailed(spec, key, token, attempt, message));
     } catch (releaseError) {
       // Not marked, yet still this worker's failure: the lease expires and the event is re-claimed.
       lost = false;
@@ -143,6 +143,33 @@ export class LeaseStrategy implements ClaimStrategy {
     // did outside the database before it threw may run again under the new holder.
     if (lost) await this.reportLeaseLost(spec, key, attempt);
     else this.metrics.count('failed', spec.scope, key);
+  }
+
+  /**
+   * The fenced failure mark; true when this attempt's claim is marked failed. A handler's lost
+   * connection often takes the first send with it: when a backend is terminated (57P01) the
+   * statement's error arrives before the socket closes, so pg-pool takes the connection back as
+   * healthy and hands it out first (its idle list is last in, first out), to this very mark. One
+   * more send goes out on a live connection; without it the event would wait out its whole lease
+   * although the sender was told to retry after `retryAfterSeconds`.
+   */
+  private async markFailed(
+    spec: ClaimSpec,
+    key: string,
+    token: string,
+    attempt: number,
+    message: string,
+  ): Promise<boolean> {
+    const parameters = [spec.scope, key, token, message];
+    try {
+      return (await this.statements.update(LEASE_FAIL, parameters)) === 1;
+    } catch (error) {
+      if (!isConnectionError(error)) throw error;
+    }
+    if ((await this.statements.update(LEASE_FAIL, parameters)) === 1) return true;
+    // Nothing matched: taken over, or the first send did run and only its answer was lost.
+    const [state] = (await this.statements.execute(CLAIM_STATE, [spec.scope, key])).rows;
+    return state?.status === 'failed' && Number(state.attempts) === attempt;
   }
 
   /** A fenced completion or failure matched nothing: the lease was taken over meanwhile. */

@@ -139,8 +139,9 @@ export class TransactionStrategy implements ClaimStrategy {
             if (retriesLeft && isRetryable(error)) continue;
             this.metrics.count('failed', spec.scope, key);
             // A lost connection or lasting contention is not the handler's fault: the redelivery
-            // can succeed unchanged.
-            if (isConnectionError(error) || isRetryable(error)) {
+            // can succeed unchanged. A connection lost while the handler waited between statements
+            // surfaces as whatever its next statement threw (TypeORM's "already released").
+            if (isConnectionError(error) || isRetryable(error) || transaction.connectionLost) {
               throw this.unavailable(spec, key, error, handlerDatabaseFailedLog);
             }
             throw error;

@@ -87,7 +87,7 @@ describe.each(ADAPTERS)('external mode crash (%s)', (adapter) => {
     const reclaimed = await claimRow(db, EXTERNAL, id);
     expect(reclaimed).toMatchObject({ status: 'done', attempts: 2 });
     expect(reclaimed?.lease_token).not.toBe(dead?.lease_token);
-    expect(reclaimed!.claimed_at.getTime()).toBeGreaterThanOrEqual(dead!.lease_expires_at!.getTime());
+    expect(reclaimed!.claimed_at).toBeGreaterThanOrEqual(dead!.lease_expires_at!);
 
     const replays = await Promise.all(
       Array.from({ length: 3 }, () => request(survivor.url).post('/external').send({ id })),

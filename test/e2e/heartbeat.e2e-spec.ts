@@ -74,7 +74,8 @@ describe.each(ADAPTERS)('external mode lease renewal (%s)', (adapter) => {
     const renewed = await claimRow(db, HEARTBEAT, id);
     expect(renewed).toMatchObject({ status: 'in_progress', attempts: 1 });
     expect(await leaseExpired(db, HEARTBEAT, id)).toBe(false);
-    expect(renewed!.lease_expires_at!.getTime()).toBeGreaterThan(claimed!.lease_expires_at!.getTime());
+    // Microseconds, as the database keeps them (lease-rows.ts): no two times collapse into one.
+    expect(renewed!.lease_expires_at!).toBeGreaterThan(claimed!.lease_expires_at!);
 
     const duplicate = await request(running.url).post('/external/heartbeat').send({ id });
     expect(duplicate.status).toBe(409);
@@ -127,7 +128,9 @@ describe.each(ADAPTERS)('external mode lease renewal (%s)', (adapter) => {
     expect(done.body).toMatchObject({ held: true, attempt: 1 });
     const row = await claimRow(db, EXTEND, id);
     expect(row?.status).toBe('done');
-    expect(row!.lease_expires_at!.getTime()).toBeGreaterThan(claimed!.lease_expires_at!.getTime());
+    // At the database's precision: claim and extension can fall within one millisecond, and read
+    // into Dates (milliseconds) the two expiries would then compare equal.
+    expect(row!.lease_expires_at!).toBeGreaterThan(claimed!.lease_expires_at!);
   });
 
   it('extendLease() returns false once another worker has taken the lease over', async () => {
