@@ -1,3 +1,4 @@
+import { checkSignatureOptions } from './guards/signature-options.js';
 import { DEFAULTS, MAX_TIMER_MS } from './idempotency.constants.js';
 import {
   optionNotNonNegative,
@@ -31,6 +32,7 @@ const KNOWN_OPTIONS: Record<keyof IdempotencyModuleOptions, true> = {
   onOutcome: true,
   prometheus: true,
   preparedStatements: true,
+  signatures: true,
 };
 
 /** Positive-number options, checked at start-up so a typo fails fast rather than at the first event. */
@@ -84,6 +86,9 @@ export function resolveIdempotencyConfig(options: IdempotencyModuleOptions = {})
   }
   if (config.inFlightStatus !== 409 && config.inFlightStatus !== 503) {
     throw new Error(optionNotOneOf('inFlightStatus', [409, 503], config.inFlightStatus));
+  }
+  if (config.signatures !== undefined) {
+    config.signatures = checkSignatureOptions(config.signatures, closest);
   }
   return config;
 }

@@ -156,3 +156,54 @@ export const optionNotWhole = (name: string, value: unknown) =>
 
 export const optionNotOneOf = (name: string, allowed: readonly unknown[], value: unknown) =>
   `IdempotencyModule option ${name} must be ${allowed.join(' or ')}, got ${String(value)}`;
+
+export const headerMissing = (header: string) => `${header} header is missing`;
+
+export const headerEmpty = (header: string) => `${header} header is empty`;
+
+export const headerRepeated = (header: string) => `${header} header is sent more than once`;
+
+export const headerMalformed = (header: string, expected: string) =>
+  `${header} header is malformed: expected ${expected}`;
+
+export const signatureMismatch = (header: string, signed: string, detail?: string) =>
+  `${header} does not match ${signed}; was it signed with another secret, or the body changed on the way?${detail ? ` (${detail})` : ''}`;
+
+export const signatureTooOld = (header: string, ageSeconds: number, toleranceSeconds: number) =>
+  `${header} is ${ageSeconds} s old, more than the tolerance of ${toleranceSeconds} s: refused as a possible replay`;
+
+export const signatureTooNew = (header: string, aheadSeconds: number, toleranceSeconds: number) =>
+  `${header} is ${aheadSeconds} s in the future, more than the tolerance of ${toleranceSeconds} s: check the server's clock`;
+
+export const rawBodyNotKept = (header: string, contentType: string | undefined) =>
+  `Cannot verify ${header}: the request has no raw body to check (Content-Type ${contentType ?? 'none'}); Nest keeps the raw bytes of application/json and application/x-www-form-urlencoded bodies only`;
+
+export const rawBodyDisabled = (header: string) =>
+  `Cannot verify ${header}: request.rawBody is not set. Create the app with rawBody: true (NestFactory.create(AppModule, { rawBody: true })); with bodyParser: false, set request.rawBody to the body's bytes in your own parser`;
+
+export const signatureSecretUnset = (guard: string, option: string) =>
+  `${guard} has no secret to verify with: set IdempotencyModule option signatures.${option}.secret`;
+
+export const signatureGuardNotHttp = (guard: string, type: string) =>
+  `${guard} verifies HTTP webhook deliveries; it cannot check a '${type}' execution context`;
+
+export const badSignatureOption = (path: string, detail: string) =>
+  `IdempotencyModule option ${path} ${detail}`;
+
+export const unknownSignatureName = (value: unknown, known: readonly string[]) =>
+  `@IdempotentWebhook option signature must be one of ${known.map((name) => `'${name}'`).join(', ')}, got ${typeof value === 'string' ? `'${value}'` : String(value)}`;
+
+export const signatureGuardsRefused = (problems: string[]) =>
+  `IdempotencyModule refuses to start: these webhook routes could not verify their signatures:\n  - ${problems.join('\n  - ')}`;
+
+export const signatureSecretMissing = (where: string, guard: string, option: string) =>
+  `${where} is guarded by ${guard}, but IdempotencyModule option signatures.${option}.secret is not set`;
+
+export const rawBodyNotEnabled = (where: string, guard: string) =>
+  `${where} is guarded by ${guard}, which verifies the raw request body, but the app was created without rawBody: true: create it with NestFactory.create(AppModule, { rawBody: true }) (in tests, createNestApplication({ rawBody: true }))`;
+
+export const stripeNotInstalled = (where: string, error: unknown) =>
+  `${where} is guarded by StripeSignatureGuard, which verifies with the stripe SDK, but it could not be loaded (${describe(error)}): npm install stripe`;
+
+export const signatureGuardOnMessageHandler = (where: string, guard: string) =>
+  `${guard} on ${where}: a message handler; signature guards verify HTTP webhook deliveries (a broker message carries no sender signature headers)`;

@@ -2,6 +2,7 @@ import { Module } from '@nestjs/common';
 import { DiscoveryModule } from '@nestjs/core';
 import { IdempotencyContext } from './core/idempotency-context.js';
 import { IdempotencyService } from './core/idempotency.service.js';
+import { SignatureGuardsExplorer } from './guards/signature-guards.explorer.js';
 import { resolveIdempotencyConfig } from './idempotency.config.js';
 import { IDEMPOTENCY_CONFIG } from './idempotency.constants.js';
 import { IdempotencyMetrics } from './idempotency.metrics.js';
@@ -41,6 +42,7 @@ import { IdempotencyInterceptor } from './transports/idempotency.interceptor.js'
     ...deliveryTransportProviders,
     IdempotencyInterceptor,
     IdempotencyExplorer,
+    SignatureGuardsExplorer,
     IdempotencyContext,
     ExpiredLeaseReporter,
   ],

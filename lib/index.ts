@@ -57,3 +57,21 @@ export type {
   PoisonEvent,
   ReporterRunResult,
 } from './interfaces/index.js';
+export { WebhookSignatureGuard } from './guards/webhook-signature.guard.js';
+export { StripeSignatureGuard } from './guards/stripe-signature.guard.js';
+export { GithubSignatureGuard } from './guards/github-signature.guard.js';
+export { StandardWebhooksSignatureGuard } from './guards/standard-webhooks-signature.guard.js';
+export { ShopifySignatureGuard } from './guards/shopify-signature.guard.js';
+export {
+  InvalidSignatureException,
+  MalformedSignatureException,
+  RawBodyUnavailableException,
+  UnverifiableBodyException,
+} from './guards/signature-exceptions.js';
+export { WebhookSignatureError, type SignatureFailure } from './guards/webhook-signature.error.js';
+export type {
+  TimestampedWebhookSecretOptions,
+  WebhookSecretOptions,
+  WebhookSignatureName,
+  WebhookSignatureOptions,
+} from './interfaces/index.js';

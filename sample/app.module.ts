@@ -28,6 +28,8 @@ export class AppModule {
           useFactory: (settings: SampleConfig) => ({
             leaseMs: settings.leaseMs,
             reportEveryMs: settings.reportIntervalMs,
+            // The library's StripeSignatureGuard on both endpoints verifies with this secret.
+            signatures: { stripe: { secret: settings.webhookSecret } },
           }),
         }),
         StripeModule,

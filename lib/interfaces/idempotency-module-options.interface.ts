@@ -102,6 +102,60 @@ export interface IdempotencyModuleOptions {
    * @default true
    */
   preparedStatements?: boolean;
+  /**
+   * Signing secrets of the senders whose signature guards the app uses (`StripeSignatureGuard`,
+   * `GithubSignatureGuard`, `StandardWebhooksSignatureGuard`, `ShopifySignatureGuard`, or
+   * `@IdempotentWebhook({ signature })`). A route behind a guard whose sender has no secret here
+   * fails the boot. An array of secrets passes a delivery signed with any of them, for rotation.
+   * Unknown keys fail the boot.
+   * @default undefined (no sender configured)
+   */
+  signatures?: WebhookSignatureOptions;
+}
+
+/** One sender's signing secret; several during a rotation (a delivery signed with any passes). */
+export interface WebhookSecretOptions {
+  /**
+   * The signing secret, or secrets during a rotation. Non-empty, without leading or trailing
+   * whitespace (a pasted newline would make every signature fail).
+   */
+  secret: string | string[];
+}
+
+/** A sender that signs a timestamp: deliveries older (or further in the future) are refused. */
+export interface TimestampedWebhookSecretOptions extends WebhookSecretOptions {
+  /**
+   * How far the signed timestamp may be from now, in seconds; outside it the delivery is answered
+   * 401 as a possible replay.
+   * @default 300
+   */
+  toleranceSeconds?: number;
+}
+
+/** `signatures` of the module options: one entry per sender the app verifies. */
+export interface WebhookSignatureOptions {
+  /**
+   * Stripe's endpoint signing secret (`whsec_...`), checked by the stripe SDK (an optional peer
+   * dependency) over `Stripe-Signature`. Stripe checks only age, not future timestamps.
+   * @default undefined
+   */
+  stripe?: TimestampedWebhookSecretOptions;
+  /**
+   * The webhook's secret, checked as HMAC-SHA256 over `X-Hub-Signature-256`.
+   * @default undefined
+   */
+  github?: WebhookSecretOptions;
+  /**
+   * The endpoint's `whsec_<base64>` secret (Svix, Resend, ...), checked over `webhook-id`,
+   * `webhook-timestamp` and `webhook-signature`.
+   * @default undefined
+   */
+  standardWebhooks?: TimestampedWebhookSecretOptions;
+  /**
+   * The app's client secret, checked as base64 HMAC-SHA256 over `X-Shopify-Hmac-Sha256`.
+   * @default undefined
+   */
+  shopify?: WebhookSecretOptions;
 }
 
 /** Extras of forRoot/forRootAsync: they shape the module, so they stay outside `useFactory`. */
@@ -116,6 +170,6 @@ export interface IdempotencyModuleExtras {
 
 /** The options with every default applied; what the library's services read. */
 export type IdempotencyConfig = Required<
-  Omit<IdempotencyModuleOptions, 'reportCron' | 'onExpiredLeases' | 'onOutcome'>
+  Omit<IdempotencyModuleOptions, 'reportCron' | 'onExpiredLeases' | 'onOutcome' | 'signatures'>
 > &
-  Pick<IdempotencyModuleOptions, 'reportCron' | 'onExpiredLeases' | 'onOutcome'>;
+  Pick<IdempotencyModuleOptions, 'reportCron' | 'onExpiredLeases' | 'onOutcome' | 'signatures'>;

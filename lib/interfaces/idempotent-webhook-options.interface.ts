@@ -54,7 +54,19 @@ export interface IdempotentWebhookOptions extends IdempotencyClaimOptions {
    * answers 400 over HTTP (an RpcException over microservices) and writes nothing.
    */
   key: IdempotencyKeyExtractor;
+  /**
+   * Verify the sender's signature before the claim, with the library's guard for it (the same as
+   * `@UseGuards(StripeSignatureGuard)`, ...): a forged, stale or unsigned delivery is refused
+   * (400/401) and writes nothing. Its secret comes from the module's `signatures` option. HTTP
+   * routes only: meaningless on an `@EventPattern` / `@MessagePattern` handler (a broker message
+   * carries no sender signature), where the boot fails.
+   * @default undefined (no signature check)
+   */
+  signature?: WebhookSignatureName;
 }
+
+/** The senders `@IdempotentWebhook({ signature })` can verify. */
+export type WebhookSignatureName = 'stripe' | 'github' | 'standard-webhooks' | 'shopify';
 
 /**
  * Options of `@Idempotent()`, for provider methods no interceptor reaches: queue consumers

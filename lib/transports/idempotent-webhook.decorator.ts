@@ -1,8 +1,9 @@
-import { applyDecorators, HttpCode, SetMetadata, UseInterceptors } from '@nestjs/common';
+import { applyDecorators, HttpCode, SetMetadata, UseGuards, UseInterceptors } from '@nestjs/common';
 import { resolveClaimSpec } from '../core/claim-options.js';
 import type { ClaimSpec } from '../core/claim-strategy.js';
+import { SIGNATURE_GUARDS, signatureGuardNamed } from '../guards/signature-guards.js';
 import { IDEMPOTENT_WEBHOOK_METADATA } from '../idempotency.constants.js';
-import { missingKeyFunction } from '../idempotency.messages.js';
+import { missingKeyFunction, unknownSignatureName } from '../idempotency.messages.js';
 import type { IdempotencyKeyExtractor, IdempotentWebhookOptions } from '../interfaces/index.js';
 import { IdempotencyInterceptor } from './idempotency.interceptor.js';
 
@@ -30,10 +31,21 @@ export interface IdempotentWebhookMetadata extends ClaimSpec {
  * Transaction mode (default): write through the transaction's manager; claim and writes commit
  * together. `mode: 'external'` (or `external: true`): a lease claim for work outside the database.
  * For provider methods no interceptor reaches (queue consumers, cron jobs), use `@Idempotent`.
+ * `signature: 'stripe' | 'github' | 'standard-webhooks' | 'shopify'` also applies that sender's
+ * signature guard (HTTP routes only), which runs before the claim.
  */
 export function IdempotentWebhook(options: IdempotentWebhookOptions): MethodDecorator {
   if (typeof options?.key !== 'function') throw new TypeError(missingKeyFunction('@IdempotentWebhook'));
   const { key } = options;
+  const signatureGuard = signatureGuardNamed(options.signature);
+  if (options.signature !== undefined && !signatureGuard) {
+    throw new TypeError(
+      unknownSignatureName(
+        options.signature,
+        SIGNATURE_GUARDS.map((entry) => entry.name),
+      ),
+    );
+  }
   return (target, propertyKey, descriptor) => {
     const spec = resolveClaimSpec(
       '@IdempotentWebhook',
@@ -45,6 +57,7 @@ export function IdempotentWebhook(options: IdempotentWebhookOptions): MethodDeco
       SetMetadata(IDEMPOTENT_WEBHOOK_METADATA, metadata),
       UseInterceptors(IdempotencyInterceptor),
       HttpCode(200),
+      ...(signatureGuard ? [UseGuards(signatureGuard)] : []),
     )(target, propertyKey, descriptor);
   };
 }

@@ -1,8 +1,7 @@
 import { Body, Controller, Post, UseGuards } from '@nestjs/common';
 import type Stripe from 'stripe';
-import { IdempotentWebhook, stripeEventKey } from '../idempotency.js';
+import { IdempotentWebhook, stripeEventKey, StripeSignatureGuard } from '../idempotency.js';
 import { FulfilmentService } from './fulfilment.service.js';
-import { StripeSignatureGuard } from './stripe-signature.guard.js';
 import { STRIPE_SCOPES, STRIPE_SOURCE } from './stripe-scopes.js';
 import type { WebhookAnswer } from './webhook-answer.js';
 

@@ -1,9 +1,13 @@
 import { Body, Controller, Post, UseGuards } from '@nestjs/common';
 import type Stripe from 'stripe';
 import type { EntityManager } from 'typeorm';
-import { IdempotentWebhook, stripeEventKey, WebhookTransaction } from '../idempotency.js';
+import {
+  IdempotentWebhook,
+  stripeEventKey,
+  StripeSignatureGuard,
+  WebhookTransaction,
+} from '../idempotency.js';
 import { OrdersService } from './orders.service.js';
-import { StripeSignatureGuard } from './stripe-signature.guard.js';
 import { STRIPE_SCOPES, STRIPE_SOURCE } from './stripe-scopes.js';
 import type { WebhookAnswer } from './webhook-answer.js';
 

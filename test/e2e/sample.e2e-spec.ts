@@ -131,58 +131,90 @@ describe('Stripe sample: answers', () => {
 
   const stale = Math.floor(Date.now() / 1000) - 600;
   const tampered = paymentIntentSucceeded('evt_bad_tampered', { amount_received: 1 });
-  /** [case, body, how it is signed, why the sample refuses it] */
-  const badDeliveries: [string, unknown, DeliveryOptions, RegExp][] = [
+  /**
+   * [case, body, how it is signed, status, why the sample refuses it]. The library's
+   * StripeSignatureGuard answers a missing or malformed header 400 and a signature that does not
+   * verify (another secret, other bytes, too old) 401.
+   */
+  const badDeliveries: [string, unknown, DeliveryOptions, 400 | 401, RegExp][] = [
     [
       'missing Stripe-Signature',
       paymentIntentSucceeded('evt_bad_unsigned'),
       { signature: null },
-      /Missing Stripe-Signature/,
+      400,
+      /^Stripe-Signature header is missing$/,
+    ],
+    [
+      'malformed Stripe-Signature',
+      paymentIntentSucceeded('evt_bad_malformed'),
+      { signature: 'not-a-stripe-signature' },
+      400,
+      /^Stripe-Signature header is malformed/,
     ],
     [
       'signed with another secret',
       paymentIntentSucceeded('evt_bad_secret'),
       { secret: 'whsec_other' },
-      /No signatures found/,
+      401,
+      /^Stripe-Signature does not match the raw request body.*No signatures found/,
     ],
     [
       'signature of other bytes',
       tampered,
       { signature: signatureFor(payloadOf(paymentIntentSucceeded('evt_bad_tampered'))) },
-      /No signatures found/,
+      401,
+      /^Stripe-Signature does not match the raw request body.*No signatures found/,
     ],
     [
       'stale signature (10 minutes old)',
       paymentIntentSucceeded('evt_bad_stale'),
       { timestamp: stale },
-      /tolerance/,
+      401,
+      /^Stripe-Signature is \d+ s old, more than the tolerance of 300 s/,
     ],
-    ['body not JSON', '{"id": "evt_bad_json", ', {}, /JSON/],
-    ['body not JSON (text/plain)', 'evt_bad_text', { contentType: 'text/plain' }, /Expected a JSON body/],
-    ['no id', stripeEvent(undefined, 'payment_intent.succeeded', {}), {}, /must be a string, got undefined/],
+    ['body not JSON', '{"id": "evt_bad_json", ', {}, 400, /JSON/],
+    [
+      'body not JSON (text/plain)',
+      'evt_bad_text',
+      { contentType: 'text/plain' },
+      400,
+      /^Cannot verify Stripe-Signature: the request has no raw body to check \(Content-Type text\/plain\)/,
+    ],
+    [
+      'no id',
+      stripeEvent(undefined, 'payment_intent.succeeded', {}),
+      {},
+      400,
+      /must be a string, got undefined/,
+    ],
     [
       'id not a string',
       stripeEvent(12345, 'payment_intent.succeeded', {}),
       {},
+      400,
       /must be a string, got number/,
     ],
     [
       'key longer than 255 characters',
       paymentIntentSucceeded(`evt_${'x'.repeat(300)}`),
       {},
+      400,
       /maximum is 255/,
     ],
   ];
 
-  it.each(badDeliveries)('%s: 400 on both endpoints, nothing written', async (_case, body, options, why) => {
-    const before = await footprint();
-    for (const path of [ORDERS, FULFILMENT]) {
-      const answer = await deliver(sample.url, path, body, options);
-      expect({ path, status: answer.status }).toEqual({ path, status: 400 });
-      expect(answer.body.message).toMatch(why);
-    }
-    expect(await footprint()).toEqual(before);
-  });
+  it.each(badDeliveries)(
+    '%s: refused on both endpoints, nothing written',
+    async (_case, body, options, status, why) => {
+      const before = await footprint();
+      for (const path of [ORDERS, FULFILMENT]) {
+        const answer = await deliver(sample.url, path, body, options);
+        expect({ path, status: answer.status }).toEqual({ path, status });
+        expect(answer.body.message).toMatch(why);
+      }
+      expect(await footprint()).toEqual(before);
+    },
+  );
 
   it('handler failed (orders): 500, the claim rolls back with the order, so a redelivery runs again', async () => {
     // Too long for varchar(3): the insert fails inside the claim's transaction.

@@ -116,8 +116,11 @@ async function waitForPooler(url: string): Promise<void> {
       await client.query('SELECT 1');
       return;
     } catch (error) {
-      if (Date.now() > deadline)
-        throw new Error(`pgbouncer did not answer within ${READY_TIMEOUT_MS} ms: ${String(error)}`);
+      if (Date.now() > deadline) {
+        throw new Error(`pgbouncer did not answer within ${READY_TIMEOUT_MS} ms: ${String(error)}`, {
+          cause: error,
+        });
+      }
       await new Promise((resolve) => setTimeout(resolve, 50));
     } finally {
       await client.end().catch(() => undefined);

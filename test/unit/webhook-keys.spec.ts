@@ -15,9 +15,9 @@ describe('key presets', () => {
     expect(extract({ id: 'not-this' }, { headers: { [header]: 'delivery-1' } })).toBe('delivery-1');
   });
 
-  it('returns undefined when the header or id is missing, so the interceptor answers 400', () => {
+  it('answers a missing id with undefined, a missing header by naming it, so the 400 says which', () => {
     expect(stripeEventKey({}, {})).toBeUndefined();
-    expect(githubDeliveryKey({}, { headers: {} })).toBeUndefined();
-    expect(standardWebhookKey({}, {})).toBeUndefined();
+    expect(() => githubDeliveryKey({}, { headers: {} })).toThrow('X-GitHub-Delivery header is missing');
+    expect(() => standardWebhookKey({}, {})).toThrow('webhook-id header is missing');
   });
 });

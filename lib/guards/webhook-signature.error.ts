@@ -1,0 +1,40 @@
+import { headerEmpty, headerMissing, headerRepeated } from '../idempotency.messages.js';
+
+/**
+ * Why a delivery's signature was refused: `missing` or `malformed` headers are the sender's
+ * request being wrong (400); `mismatch` (another secret, changed bytes) and `stale` (outside the
+ * timestamp tolerance) are a refused signature (401).
+ */
+export type SignatureFailure = 'missing' | 'malformed' | 'mismatch' | 'stale';
+
+/**
+ * A refused webhook signature, transport-neutral: thrown by the pure verifiers, answered over HTTP
+ * by the guards as `MalformedSignatureException` (400) or `InvalidSignatureException` (401).
+ * `header` is the header it is about, as the sender's documentation spells it.
+ */
+export class WebhookSignatureError extends Error {
+  override name = 'WebhookSignatureError';
+
+  constructor(
+    readonly failure: SignatureFailure,
+    readonly header: string,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+/**
+ * A header's single value. Express and Fastify give a repeated header (other than a few
+ * well-known ones) as one comma-joined string, so an array reaches here only from a caller
+ * building headers by hand; it is refused rather than guessed at.
+ */
+export function requireHeader(value: unknown, header: string): string {
+  if (value === undefined || value === null) {
+    throw new WebhookSignatureError('missing', header, headerMissing(header));
+  }
+  if (Array.isArray(value)) throw new WebhookSignatureError('malformed', header, headerRepeated(header));
+  if (typeof value !== 'string') throw new WebhookSignatureError('malformed', header, headerMissing(header));
+  if (value.length === 0) throw new WebhookSignatureError('missing', header, headerEmpty(header));
+  return value;
+}
