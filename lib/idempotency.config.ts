@@ -1,5 +1,6 @@
 import { checkSignatureOptions } from './guards/signature-options.js';
 import { DEFAULTS, MAX_TIMER_MS } from './idempotency.constants.js';
+import { DEFAULT_TABLE } from './postgres/claim-table.js';
 import {
   optionNotNonNegative,
   optionNotOneOf,
@@ -28,10 +29,13 @@ const KNOWN_OPTIONS: Record<keyof IdempotencyModuleOptions, true> = {
   maxAttempts: true,
   retentionDays: true,
   retentionBatchSize: true,
+  retentionMaxBatches: true,
   onExpiredLeases: true,
   onOutcome: true,
   prometheus: true,
   preparedStatements: true,
+  schema: true,
+  table: true,
   signatures: true,
 };
 
@@ -44,6 +48,7 @@ const POSITIVE = [
   'maxAttempts',
   'retentionDays',
   'retentionBatchSize',
+  'retentionMaxBatches',
   'slowTransactionWarnMs',
 ] as const;
 
@@ -67,7 +72,8 @@ export function resolveIdempotencyConfig(options: IdempotencyModuleOptions = {})
     ...DEFAULTS,
     reporter: true,
     prometheus: true,
-    preparedStatements: true,
+    preparedStatements: 'auto',
+    table: DEFAULT_TABLE,
     ...defined,
   } as IdempotencyConfig;
   for (const name of POSITIVE) {

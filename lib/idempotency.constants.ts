@@ -10,9 +10,6 @@ export const IDEMPOTENCY_DATA_SOURCE = Symbol('IDEMPOTENCY_DATA_SOURCE');
 /** DI token of the module options with every default filled in. */
 export const IDEMPOTENCY_CONFIG = Symbol('IDEMPOTENCY_CONFIG');
 
-/** Name of the claims table. */
-export const PROCESSED_EVENTS_TABLE = 'processed_events';
-
 /** Response header set on answers to deliveries that were already processed. */
 export const REPLAYED_HEADER = 'Idempotent-Replayed';
 
@@ -39,6 +36,7 @@ export const DEFAULTS = {
   reportEveryMs: 60_000,
   maxAttempts: 5,
   retentionDays: 30,
-  retentionBatchSize: 1_000,
+  retentionBatchSize: 5_000,
+  retentionMaxBatches: 100,
   maxErrorLength: 500,
 } as const;

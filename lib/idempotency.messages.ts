@@ -43,8 +43,11 @@ export const leaseLost = (scope: string, key: string, mine: number, current: num
 export const completionFailed = (scope: string, key: string, error: unknown) =>
   `Could not mark ${scope} key ${key} done after its handler succeeded: ${describe(error)}; the lease will expire and be reported`;
 
-export const statementForgotten = (name: string) =>
-  `A pooled connection had forgotten the prepared statement ${name} (DEALLOCATE ALL, DISCARD ALL, or a pooler in transaction mode); it was dropped and the statement sent on another. Behind a transaction-mode pooler, set preparedStatements: false`;
+export const statementForgotten = (name: string, code: string) =>
+  `The prepared statement ${name} was not what this connection's server session had (SQLSTATE ${code}: DEALLOCATE ALL, DISCARD ALL, or a pooler in transaction mode); it was sent again unprepared`;
+
+export const preparedStatementsOff = (name: string, code: string, misses: number) =>
+  `Prepared statements turned off: ${misses} statements (the last ${name}, SQLSTATE ${code}) met server sessions that did not have them as this connection did, as behind a transaction-mode pooler (PgBouncer before 1.21, RDS Proxy, Supavisor). The claims now go unprepared; set preparedStatements: false to skip this detection`;
 
 export const releaseFailed = (scope: string, key: string, error: unknown) =>
   `Could not mark ${scope} key ${key} failed: ${describe(error)}; it becomes claimable when its lease expires`;
@@ -207,3 +210,32 @@ export const stripeNotInstalled = (where: string, error: unknown) =>
 
 export const signatureGuardOnMessageHandler = (where: string, guard: string) =>
   `${guard} on ${where}: a message handler; signature guards verify HTTP webhook deliveries (a broker message carries no sender signature headers)`;
+
+export const claimUnsettled = (scope: string, key: string) =>
+  `The claim of ${scope} key ${key} found a row that changed under it on every read; retry later`;
+
+export const failureNotRecorded = (scope: string, key: string, error: unknown) =>
+  `Could not record the failure of ${scope} key ${key} (${describe(error)}); the next delivery runs it again all the same`;
+
+export const badTableOption = (option: string, value: unknown, expected: string) =>
+  `IdempotencyModule option ${option} must be ${expected}, got ${typeof value === 'string' ? `'${value}'` : String(value)}`;
+
+export const claimTableMissing = (table: string) =>
+  `IdempotencyModule cannot start: the claims table ${table} does not exist. Run the library's migrations (migrations: [...IDEMPOTENCY_MIGRATIONS], or processedEventsMigrations({ schema, table }) for a table of your own), or check the schema and table options`;
+
+export const claimTableMismatch = (table: string, problems: string[]) =>
+  `IdempotencyModule cannot start: the claims table ${table} is not the one its migrations create (${problems.join('; ')}). Run the library's migrations, or point the schema and table options at the right table`;
+
+export const unfinishedIndexMissing = (table: string) =>
+  `The claims table ${table} has no index on unfinished claims: the reporter's poison query reads the whole table. Run the library's migrations (IDEMPOTENCY_MIGRATIONS adds it)`;
+
+export const abandonedClaimRemoved = (
+  scope: string,
+  key: string,
+  status: string,
+  attempts: number,
+  days: number,
+) =>
+  `retention removed ${scope} key ${key}: ${status === 'failed' ? 'failed' : 'a dead lease'} after ${attempts} attempts, last claimed more than ${days} days ago; its event will not be retried`;
+
+export const moreAbandonedClaims = (count: number) => `... and ${count} more abandoned claims removed`;

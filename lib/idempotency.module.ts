@@ -8,6 +8,7 @@ import { IDEMPOTENCY_CONFIG } from './idempotency.constants.js';
 import { IdempotencyMetrics } from './idempotency.metrics.js';
 import { ConfigurableModuleClass, IDEMPOTENCY_MODULE_OPTIONS } from './idempotency.module-definition.js';
 import { ExpiredLeaseReporter } from './maintenance/expired-lease.reporter.js';
+import { ClaimDatabase } from './postgres/claim-database.js';
 import { claimStrategyProviders } from './strategies/claim-strategies.js';
 import { DELIVERY_TRANSPORT_REGISTRY, deliveryTransportProviders } from './transports/delivery-transports.js';
 import { IdempotencyExplorer } from './transports/idempotency.explorer.js';
@@ -37,6 +38,7 @@ import { IdempotencyInterceptor } from './transports/idempotency.interceptor.js'
       useFactory: resolveIdempotencyConfig,
     },
     IdempotencyMetrics,
+    ClaimDatabase,
     ...claimStrategyProviders,
     IdempotencyService,
     ...deliveryTransportProviders,

@@ -26,10 +26,17 @@ export { IdempotencyMetrics } from './idempotency.metrics.js';
 export { ExpiredLeaseReporter } from './maintenance/expired-lease.reporter.js';
 export {
   IDEMPOTENCY_ENTITIES,
+  idempotencyEntities,
   ProcessedEvent,
   type ProcessedEventStatus,
 } from './entities/processed-event.entity.js';
 export { CreateProcessedEvents1764547200000 } from './migrations/1764547200000-create-processed-events.migration.js';
+export { AddUnfinishedClaimsIndex1764892800000 } from './migrations/1764892800000-add-unfinished-claims-index.migration.js';
+export {
+  IDEMPOTENCY_MIGRATIONS,
+  processedEventsMigrations,
+  type MigrationClass,
+} from './migrations/processed-events.migrations.js';
 export {
   IDEMPOTENT_METHOD_METADATA,
   IDEMPOTENT_WEBHOOK_METADATA,
@@ -54,6 +61,7 @@ export type {
   IdempotentRunOptions,
   IdempotentRunResult,
   IdempotentWebhookOptions,
+  AbandonedClaim,
   PoisonEvent,
   ReporterRunResult,
 } from './interfaces/index.js';

@@ -1,9 +1,9 @@
 import { Inject, Injectable, type OnModuleInit } from '@nestjs/common';
-import type { DataSource } from 'typeorm';
-import { IDEMPOTENCY_CONFIG, IDEMPOTENCY_DATA_SOURCE } from '../idempotency.constants.js';
+import { IDEMPOTENCY_CONFIG } from '../idempotency.constants.js';
 import { EventInFlightError } from '../idempotency.errors.js';
 import { duplicateInFlight } from '../idempotency.messages.js';
 import type { IdempotencyConfig, IdempotentRunOptions, IdempotentRunResult } from '../interfaces/index.js';
+import { ClaimDatabase } from '../postgres/claim-database.js';
 import { assertTypeOrmInternals } from '../postgres/typeorm-internals.js';
 import { CLAIM_STRATEGY_REGISTRY } from '../strategies/claim-strategies.js';
 import type { ClaimResult } from './claim-result.js';
@@ -28,12 +28,16 @@ export class IdempotencyService implements OnModuleInit {
   constructor(
     @Inject(CLAIM_STRATEGY_REGISTRY) private readonly strategies: ReadonlyMap<string, ClaimStrategy>,
     @Inject(IDEMPOTENCY_CONFIG) private readonly config: IdempotencyConfig,
-    @Inject(IDEMPOTENCY_DATA_SOURCE) private readonly dataSource: DataSource,
+    private readonly database: ClaimDatabase,
   ) {}
 
-  /** Fails the boot, rather than a delivery, when TypeORM moved what the claim path relies on. */
-  onModuleInit(): void {
-    assertTypeOrmInternals(this.dataSource);
+  /**
+   * Fails the boot, rather than every delivery, when TypeORM moved what the claim path relies on
+   * or the claims table is missing or not the migration's.
+   */
+  async onModuleInit(): Promise<void> {
+    assertTypeOrmInternals(this.database.dataSource);
+    await this.database.checkTable();
   }
 
   /**

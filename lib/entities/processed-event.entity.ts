@@ -1,56 +1,119 @@
-import { Check, Column, Entity, Index, PrimaryColumn } from 'typeorm';
-import { PROCESSED_EVENTS_TABLE } from '../idempotency.constants.js';
+import {
+  Check,
+  Column,
+  Entity,
+  EntitySchema,
+  Index,
+  PrimaryColumn,
+  type EntitySchemaColumnOptions,
+} from 'typeorm';
+import { claimTable, DEFAULT_TABLE, type ClaimTable } from '../postgres/claim-table.js';
+import { claimTableNames } from '../postgres/schema.sql.js';
 
-/** Lifecycle of a claim. Transaction mode only ever commits `done`; external mode uses all three. */
+/** Lifecycle of a claim. Transaction mode commits `done`, or records `failed`; external mode uses all three. */
 export type ProcessedEventStatus = 'in_progress' | 'done' | 'failed';
+
+/** The columns, shared by the decorated class and the schema of a table elsewhere. */
+const COLUMNS = {
+  scope: { type: 'varchar', length: 255 },
+  key: { name: 'event_key', type: 'text' },
+  source: { type: 'varchar', length: 255 },
+  status: { type: 'varchar', length: 16 },
+  attempts: { type: 'integer', default: 1 },
+  leaseToken: { name: 'lease_token', type: 'uuid', nullable: true },
+  claimedAt: { name: 'claimed_at', type: 'timestamptz', default: () => 'now()' },
+  leaseExpiresAt: { name: 'lease_expires_at', type: 'timestamptz', nullable: true },
+  completedAt: { name: 'completed_at', type: 'timestamptz', nullable: true },
+  lastError: { name: 'last_error', type: 'text', nullable: true },
+} as const satisfies Record<string, EntitySchemaColumnOptions>;
+
+/** The CHECK on status, as the migration writes it. */
+const STATUS_CHECK = `status IN ('in_progress', 'done', 'failed')`;
+
+/** The default table's constraint and index names. */
+const NAMES = claimTableNames(claimTable(undefined));
 
 /**
  * One claimed event per (scope, key). Register it with TypeORM through `IDEMPOTENCY_ENTITIES`,
- * and create the table with `CreateProcessedEvents1764547200000` (or `synchronize` in development).
+ * and create the table with `IDEMPOTENCY_MIGRATIONS` (or `synchronize` in development).
  * Constraint and index names are the migration's, so `synchronize` and `migration:generate` find
- * nothing to change on a migrated table.
+ * nothing to change on a migrated table. For a table elsewhere, see `idempotencyEntities()`.
  */
-@Entity({ name: PROCESSED_EVENTS_TABLE })
-@Check('processed_events_status_check', `status IN ('in_progress', 'done', 'failed')`)
-@Index('processed_events_expiring_idx', ['leaseExpiresAt'], { where: `status = 'in_progress'` })
-@Index('processed_events_retention_idx', ['completedAt'], { where: `status = 'done'` })
+@Entity({ name: DEFAULT_TABLE })
+@Check(NAMES.statusCheck, STATUS_CHECK)
+@Index(NAMES.expiring, ['leaseExpiresAt'], { where: `status = 'in_progress'` })
+@Index(NAMES.retention, ['completedAt'], { where: `status = 'done'` })
+@Index(NAMES.unfinished, ['attempts'], { where: `status <> 'done'` })
 export class ProcessedEvent {
-  /** Which handler claimed it (default `ControllerClass.method`). */
-  @PrimaryColumn({ type: 'varchar', length: 255, primaryKeyConstraintName: 'processed_events_pkey' })
+  /** Which handler claimed it (default `Class.method`). */
+  @PrimaryColumn({ ...COLUMNS.scope, primaryKeyConstraintName: NAMES.primaryKey })
   scope!: string;
 
   /** The event's identity (Stripe `evt_...`, `X-GitHub-Delivery`). */
-  @PrimaryColumn({ name: 'event_key', type: 'text', primaryKeyConstraintName: 'processed_events_pkey' })
+  @PrimaryColumn({ ...COLUMNS.key, primaryKeyConstraintName: NAMES.primaryKey })
   key!: string;
 
   /** Who sent it, for reporting (default: the scope). */
-  @Column({ type: 'varchar', length: 255 })
+  @Column(COLUMNS.source)
   source!: string;
 
-  @Column({ type: 'varchar', length: 16 })
+  @Column(COLUMNS.status)
   status!: ProcessedEventStatus;
 
-  /** How many times the claim was taken (external mode re-claims count up). */
-  @Column({ type: 'integer', default: 1 })
+  /** How many times the claim was taken (re-claims and recorded failures count up). */
+  @Column(COLUMNS.attempts)
   attempts!: number;
 
   /** Fencing token of the current external-mode lease. */
-  @Column({ name: 'lease_token', type: 'uuid', nullable: true })
+  @Column(COLUMNS.leaseToken)
   leaseToken!: string | null;
 
-  @Column({ name: 'claimed_at', type: 'timestamptz', default: () => 'now()' })
+  @Column(COLUMNS.claimedAt)
   claimedAt!: Date;
 
-  @Column({ name: 'lease_expires_at', type: 'timestamptz', nullable: true })
+  @Column(COLUMNS.leaseExpiresAt)
   leaseExpiresAt!: Date | null;
 
-  @Column({ name: 'completed_at', type: 'timestamptz', nullable: true })
+  @Column(COLUMNS.completedAt)
   completedAt!: Date | null;
 
-  /** Short message of the last failure (external mode). */
-  @Column({ name: 'last_error', type: 'text', nullable: true })
+  /** Short message of the last failure. */
+  @Column(COLUMNS.lastError)
   lastError!: string | null;
 }
 
 /** Entities to add to your TypeORM configuration: `entities: [...yours, ...IDEMPOTENCY_ENTITIES]`. */
 export const IDEMPOTENCY_ENTITIES = [ProcessedEvent];
+
+/**
+ * The entity of a claims table elsewhere (the module's `schema` and `table` options), with the
+ * same columns and the constraint and index names its migrations (`processedEventsMigrations()`)
+ * create. With no options, IDEMPOTENCY_ENTITIES itself.
+ */
+export function idempotencyEntities(
+  options: { schema?: string; table?: string } = {},
+): (typeof ProcessedEvent | EntitySchema<ProcessedEvent>)[] {
+  if (options.schema === undefined && (options.table ?? DEFAULT_TABLE) === DEFAULT_TABLE)
+    return IDEMPOTENCY_ENTITIES;
+  return [processedEventSchema(claimTable(options.schema, options.table))];
+}
+
+function processedEventSchema(table: ClaimTable): EntitySchema<ProcessedEvent> {
+  const names = claimTableNames(table);
+  return new EntitySchema<ProcessedEvent>({
+    name: `ProcessedEvent:${table.sql}`,
+    tableName: table.name,
+    schema: table.schema,
+    columns: {
+      ...COLUMNS,
+      scope: { ...COLUMNS.scope, primary: true, primaryKeyConstraintName: names.primaryKey },
+      key: { ...COLUMNS.key, primary: true, primaryKeyConstraintName: names.primaryKey },
+    },
+    checks: [{ name: names.statusCheck, expression: STATUS_CHECK }],
+    indices: [
+      { name: names.expiring, columns: ['leaseExpiresAt'], where: `status = 'in_progress'` },
+      { name: names.retention, columns: ['completedAt'], where: `status = 'done'` },
+      { name: names.unfinished, columns: ['attempts'], where: `status <> 'done'` },
+    ],
+  });
+}

@@ -20,11 +20,25 @@ export interface PoisonEvent {
   lastError: string | null;
 }
 
+/**
+ * A claim that never finished (a failed attempt, or a lease whose worker died) and was last
+ * claimed more than `retentionDays` ago, removed by retention: its event will not be retried.
+ */
+export interface AbandonedClaim {
+  scope: string;
+  key: string;
+  status: 'in_progress' | 'failed';
+  attempts: number;
+}
+
 /** What one reporter run found and did. `skipped` when another replica already reported this tick. */
 export interface ReporterRunResult {
   skipped: boolean;
   expired: ExpiredLease[];
   expiredCount: number;
   poison: PoisonEvent[];
+  /** Done rows retention deleted. */
   deleted: number;
+  /** Claims that never finished, removed by retention (each also logged as a warning). */
+  abandoned: AbandonedClaim[];
 }

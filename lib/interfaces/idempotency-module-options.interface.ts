@@ -62,16 +62,24 @@ export interface IdempotencyModuleOptions {
    */
   maxAttempts?: number;
   /**
-   * Done rows older than this are deleted by the reporter. Keep it longer than the sender's retry
-   * window (Stripe: 3 days) or old redeliveries will run again.
+   * Done rows older than this are deleted by the reporter, and so are claims that never finished
+   * (failed, or a dead lease) last claimed that long ago (each logged). Keep it longer than the
+   * sender's retry window (Stripe: 3 days) or old redeliveries will run again.
    * @default 30
    */
   retentionDays?: number;
   /**
    * Rows deleted per statement by retention, so one run never holds a long lock.
-   * @default 1000
+   * @default 5000
    */
   retentionBatchSize?: number;
+  /**
+   * Retention statements per run, for done rows and again for abandoned ones, so one run stays
+   * bounded after a long outage. With `retentionBatchSize` and `reportEveryMs` it sets the rate
+   * retention keeps up with: 5000 × 100 a minute is 8,333 events a second.
+   * @default 100
+   */
+  retentionMaxBatches?: number;
   /**
    * Called with the expired leases found by each reporter run that found any.
    * @default undefined
@@ -93,15 +101,27 @@ export interface IdempotencyModuleOptions {
   /**
    * Prepare the statements of every delivery once per connection, so Postgres skips parsing and
    * planning them each time: transaction mode sends `BEGIN; EXECUTE idempotency_transaction_claim(...)`
-   * as one query (one round trip less than a separate BEGIN), external mode sends protocol-level
-   * named statements. Set `false` behind a pooler in transaction mode (PgBouncer
-   * `pool_mode = transaction`, RDS Proxy), where a delivery can land on a server connection that
-   * never prepared them: the library prepares again or reconnects, paying round trips and
-   * connections, and answers 503 when several misses come in a row. With `false`, transaction
-   * mode lets TypeORM start the transaction and sends the claim unprepared.
-   * @default true
+   * as one query, external mode sends protocol-level named statements. Behind a pooler in
+   * transaction mode (PgBouncer `pool_mode = transaction` before 1.21, RDS Proxy, Supavisor), a
+   * delivery can land on a server connection that never prepared them, or already has them: such a
+   * statement fails without running and is sent again unprepared (a round trip, never a 503).
+   * `'auto'` stops preparing after a few such misses and says so in a warning; `true` keeps
+   * preparing; `false` never prepares (transaction mode then sends `BEGIN` and the claim with its
+   * values inlined, still one round trip). See the README's "Connection poolers".
+   * @default 'auto'
    */
-  preparedStatements?: boolean;
+  preparedStatements?: boolean | 'auto';
+  /**
+   * Schema of the claims table; every statement names it. The migration and entity for a table
+   * elsewhere come from `processedEventsMigrations()` and `idempotencyEntities()`.
+   * @default the DataSource's `schema` option, else the connection's search_path
+   */
+  schema?: string;
+  /**
+   * Name of the claims table.
+   * @default 'processed_events'
+   */
+  table?: string;
   /**
    * Signing secrets of the senders whose signature guards the app uses (`StripeSignatureGuard`,
    * `GithubSignatureGuard`, `StandardWebhooksSignatureGuard`, `ShopifySignatureGuard`, or
@@ -170,6 +190,6 @@ export interface IdempotencyModuleExtras {
 
 /** The options with every default applied; what the library's services read. */
 export type IdempotencyConfig = Required<
-  Omit<IdempotencyModuleOptions, 'reportCron' | 'onExpiredLeases' | 'onOutcome' | 'signatures'>
+  Omit<IdempotencyModuleOptions, 'reportCron' | 'onExpiredLeases' | 'onOutcome' | 'signatures' | 'schema'>
 > &
-  Pick<IdempotencyModuleOptions, 'reportCron' | 'onExpiredLeases' | 'onOutcome' | 'signatures'>;
+  Pick<IdempotencyModuleOptions, 'reportCron' | 'onExpiredLeases' | 'onOutcome' | 'signatures' | 'schema'>;

@@ -7,14 +7,7 @@ import {
 } from '@nestjs/common';
 import { ModuleRef } from '@nestjs/core';
 import type { DataSource } from 'typeorm';
-import {
-  EXPIRED_LEASE_COUNT,
-  EXPIRED_LEASES,
-  POISON_EVENTS,
-  REPORTER_TICK_CLAIM,
-  REPORTER_TICKS_PRUNE,
-  RETENTION_BATCH,
-} from '../postgres/maintenance.sql.js';
+import { ClaimDatabase } from '../postgres/claim-database.js';
 import {
   IDEMPOTENCY_CONFIG,
   IDEMPOTENCY_DATA_SOURCE,
@@ -23,22 +16,28 @@ import {
 } from '../idempotency.constants.js';
 import { IdempotencyMetrics } from '../idempotency.metrics.js';
 import {
+  abandonedClaimRemoved,
   expiredLease,
   hookFailed,
+  moreAbandonedClaims,
   moreExpiredLeases,
   noScheduler,
   poisonEvent,
   reportFailed,
 } from '../idempotency.messages.js';
-import type { ExpiredLease, IdempotencyConfig, PoisonEvent, ReporterRunResult } from '../interfaces/index.js';
+import type {
+  AbandonedClaim,
+  ExpiredLease,
+  IdempotencyConfig,
+  PoisonEvent,
+  ReporterRunResult,
+} from '../interfaces/index.js';
 
 /** Warning lines per run; the rest is counted in one line. */
 const MAX_LOGGED_LEASES = 50;
 /** Leases handed to the `onExpiredLeases` hook per run. */
 const MAX_REPORTED_LEASES = 1_000;
 const MAX_POISON_EVENTS = 100;
-/** Retention batches per run, so one run stays short even after a long outage. */
-const MAX_RETENTION_BATCHES = 100;
 
 /** The parts of @nestjs/schedule's SchedulerRegistry used here (it is an optional peer). */
 interface Scheduler {
@@ -63,6 +62,7 @@ export class ExpiredLeaseReporter implements OnApplicationBootstrap, OnModuleDes
 
   constructor(
     @Inject(IDEMPOTENCY_DATA_SOURCE) private readonly dataSource: DataSource,
+    private readonly database: ClaimDatabase,
     @Inject(IDEMPOTENCY_CONFIG) private readonly config: IdempotencyConfig,
     private readonly metrics: IdempotencyMetrics,
     private readonly moduleRef: ModuleRef,
@@ -103,15 +103,18 @@ export class ExpiredLeaseReporter implements OnApplicationBootstrap, OnModuleDes
    * Safe to call by hand.
    */
   async run(): Promise<ReporterRunResult> {
-    const [tick] = await this.dataSource.query(REPORTER_TICK_CLAIM, [REPORTER_SCOPE, this.tickMs()]);
+    const [tick] = await this.dataSource.query(this.database.maintenance.tickClaim, [
+      REPORTER_SCOPE,
+      this.tickMs(),
+    ]);
     if (!tick) {
       // Another replica reports this tick, but this replica's gauge is scraped too: without a
       // refresh it would keep whatever it saw the last tick it won, possibly long ago.
-      const [count] = await this.dataSource.query(EXPIRED_LEASE_COUNT);
+      const [count] = await this.dataSource.query(this.database.maintenance.expiredLeaseCount);
       this.metrics.setExpiredLeases(Number(count?.total ?? 0));
-      return { skipped: true, expired: [], expiredCount: 0, poison: [], deleted: 0 };
+      return { skipped: true, expired: [], expiredCount: 0, poison: [], deleted: 0, abandoned: [] };
     }
-    await this.dataSource.query(REPORTER_TICKS_PRUNE, [REPORTER_SCOPE]);
+    await this.dataSource.query(this.database.maintenance.ticksPrune, [REPORTER_SCOPE]);
 
     const expired = await this.findExpired();
     const expiredCount = expired.total;
@@ -123,8 +126,8 @@ export class ExpiredLeaseReporter implements OnApplicationBootstrap, OnModuleDes
     for (const event of poison) {
       this.logger.error(poisonEvent(event.scope, event.key, event.attempts, event.lastError));
     }
-    const deleted = await this.applyRetention();
-    return { skipped: false, expired: expired.leases, expiredCount, poison, deleted };
+    const { deleted, abandoned } = await this.applyRetention();
+    return { skipped: false, expired: expired.leases, expiredCount, poison, deleted, abandoned };
   }
 
   private async tick(): Promise<void> {
@@ -140,7 +143,11 @@ export class ExpiredLeaseReporter implements OnApplicationBootstrap, OnModuleDes
   }
 
   private async findExpired(): Promise<{ leases: ExpiredLease[]; total: number }> {
-    const rows: Record<string, any>[] = await this.dataSource.query(EXPIRED_LEASES, [MAX_REPORTED_LEASES]);
+    const { expiredLeaseCount, expiredLeases } = this.database.maintenance;
+    const [count] = await this.dataSource.query(expiredLeaseCount);
+    const total = Number(count?.total ?? 0);
+    if (total === 0) return { leases: [], total };
+    const rows: Record<string, any>[] = await this.dataSource.query(expiredLeases, [MAX_REPORTED_LEASES]);
     const leases = rows.map((row) => {
       this.metrics.count('expired', row.scope, row.event_key);
       return {
@@ -153,7 +160,7 @@ export class ExpiredLeaseReporter implements OnApplicationBootstrap, OnModuleDes
         expiredForMs: Number(row.expired_for_ms),
       };
     });
-    return { leases, total: Number(rows[0]?.total ?? 0) };
+    return { leases, total };
   }
 
   private logExpired(leases: ExpiredLease[], total: number): void {
@@ -172,7 +179,7 @@ export class ExpiredLeaseReporter implements OnApplicationBootstrap, OnModuleDes
   }
 
   private async findPoison(): Promise<PoisonEvent[]> {
-    const rows: Record<string, any>[] = await this.dataSource.query(POISON_EVENTS, [
+    const rows: Record<string, any>[] = await this.dataSource.query(this.database.maintenance.poisonEvents, [
       this.config.maxAttempts,
       REPORTER_SCOPE,
       MAX_POISON_EVENTS,
@@ -187,23 +194,64 @@ export class ExpiredLeaseReporter implements OnApplicationBootstrap, OnModuleDes
     }));
   }
 
-  private async applyRetention(): Promise<number> {
+  /**
+   * Deletes done rows older than `retentionDays`, then rows that will never finish (failed
+   * attempts and dead leases last claimed that long ago), in batches of `retentionBatchSize`, at
+   * most `retentionMaxBatches` of each per run: enough to keep up with
+   * batchSize × maxBatches / reportEveryMs events a second (8,333 with the defaults).
+   */
+  private async applyRetention(): Promise<{ deleted: number; abandoned: AbandonedClaim[] }> {
+    const { retentionDays, retentionBatchSize, retentionMaxBatches } = this.config;
+    const { retentionBatch, abandonedRetentionBatch } = this.database.maintenance;
     let deleted = 0;
-    for (let batch = 0; batch < MAX_RETENTION_BATCHES; batch++) {
-      const runner = this.dataSource.createQueryRunner();
-      try {
-        const result = await runner.query(
-          RETENTION_BATCH,
-          [this.config.retentionDays, this.config.retentionBatchSize],
-          true,
-        );
-        deleted += result.affected ?? 0;
-        if ((result.affected ?? 0) < this.config.retentionBatchSize) break;
-      } finally {
-        await runner.release();
-      }
+    for (let batch = 0; batch < retentionMaxBatches; batch++) {
+      const affected =
+        (await this.structured(retentionBatch, [retentionDays, retentionBatchSize])).affected ?? 0;
+      deleted += affected;
+      if (affected < retentionBatchSize) break;
     }
-    return deleted;
+    const abandoned: AbandonedClaim[] = [];
+    for (let batch = 0; batch < retentionMaxBatches; batch++) {
+      const { records: rows } = await this.structured(abandonedRetentionBatch, [
+        retentionDays,
+        retentionBatchSize,
+        REPORTER_SCOPE,
+      ]);
+      for (const row of rows) {
+        abandoned.push({
+          scope: row.scope,
+          key: row.event_key,
+          status: row.status,
+          attempts: Number(row.attempts),
+        });
+      }
+      if (rows.length < retentionBatchSize) break;
+    }
+    for (const claim of abandoned.slice(0, MAX_LOGGED_LEASES)) {
+      this.logger.warn(
+        abandonedClaimRemoved(claim.scope, claim.key, claim.status, claim.attempts, retentionDays),
+      );
+    }
+    if (abandoned.length > MAX_LOGGED_LEASES) {
+      this.logger.warn(moreAbandonedClaims(abandoned.length - MAX_LOGGED_LEASES));
+    }
+    return { deleted, abandoned };
+  }
+
+  /**
+   * A DELETE's rows and count: TypeORM reports them only through a QueryRunner's structured
+   * result (its plain query() answers a DELETE with a [rows, count] pair).
+   */
+  private async structured(
+    sql: string,
+    parameters: unknown[],
+  ): Promise<{ records: Record<string, any>[]; affected?: number }> {
+    const runner = this.dataSource.createQueryRunner();
+    try {
+      return await runner.query(sql, parameters, true);
+    } finally {
+      await runner.release();
+    }
   }
 
   /** A tick's length in ms: the interval, or a minute for cron schedules. */

@@ -1,8 +1,10 @@
 import type { PoolClient, QueryResult } from 'pg';
 import type { EntityManager, QueryRunner } from 'typeorm';
-import { beginAndClaimSql, TRANSACTION_CLAIM } from './claim.sql.js';
-import { DUPLICATE_PREPARED_STATEMENT, errorCode, UNKNOWN_PREPARED_STATEMENT } from './pg-errors.js';
-import { claimQuery } from './statement-executor.js';
+import { claimUnsettled } from '../idempotency.messages.js';
+import { beginAndClaimSql, type ClaimStatements } from './claim.sql.js';
+import { DUPLICATE_PREPARED_STATEMENT, errorCode } from './pg-errors.js';
+import type { PreparedStatements } from './prepared-statements.js';
+import { claimQuery, isPreparedStatementMiss, type ClaimStatement } from './statement-executor.js';
 import { adoptTransaction, connectRunner, forgetTransaction } from './typeorm-internals.js';
 
 /**
@@ -16,8 +18,21 @@ export class CommitRolledBackError extends Error {
   }
 }
 
-/** Connections that have prepared the transaction claim. A pool's connections outlive any one module. */
-const preparedConnections = new WeakSet<PoolClient>();
+/**
+ * Connections that have prepared a transaction claim, by statement name (one per claims table). A
+ * pool's connections outlive any one module.
+ */
+const preparedConnections = new WeakMap<PoolClient, Set<string>>();
+
+/** The claim's answer when nothing was inserted needs at most a reclaim and a re-read to settle. */
+const MAX_SETTLE_ROUNDS = 3;
+
+/** The row the transaction claim answers with (see ClaimStatements.transactionClaim). */
+interface ClaimRow {
+  claimed: boolean;
+  status: string | null;
+  previous: string;
+}
 
 /**
  * A round whose PREPARE or EXECUTE finds the connection's prepared state other than this process
@@ -31,8 +46,10 @@ const ISOLATION_LEVELS = new Set(['READ UNCOMMITTED', 'READ COMMITTED', 'REPEATA
 
 /** How the claim's transactions are run; fixed per DataSource and module. */
 export interface ClaimTransactionOptions {
-  /** The module's `preparedStatements` option. */
-  prepared: boolean;
+  /** The claims table's statements. */
+  statements: ClaimStatements;
+  /** Whether to prepare them now (the module's `preparedStatements`, and what it has seen). */
+  prepared: PreparedStatements;
   /** The DataSource's `isolationLevel` option, if any. */
   isolationLevel?: string;
   /** Whether the DataSource has subscribers, which must hear of every transaction. */
@@ -68,36 +85,75 @@ export class ClaimTransaction {
    */
   async beginAndClaim(values: readonly [string, string, string, string]): Promise<boolean> {
     const client = (this.client = await connectRunner(this.runner));
-    const { prepared, isolationLevel, subscribed } = this.options;
-    if (!prepared || (isolationLevel !== undefined && !ISOLATION_LEVELS.has(isolationLevel))) {
+    const { statements, prepared, isolationLevel, subscribed } = this.options;
+    if (isolationLevel !== undefined && !ISOLATION_LEVELS.has(isolationLevel)) {
+      // Left to TypeORM's startTransaction() to accept or reject.
       await this.runner.startTransaction();
-      return (await client.query(claimQuery(TRANSACTION_CLAIM, [...values], false))).rowCount === 1;
+      const claimed = await client.query(claimQuery(statements.transactionClaim, [...values], false));
+      return this.settle(client, claimed.rows[0] as ClaimRow, values);
     }
     if (subscribed) await this.runner.broadcaster.broadcast('BeforeTransactionStart');
     adoptTransaction(this.runner);
-    // `BEGIN; EXECUTE idempotency_transaction_claim(...)` as one simple-protocol query (TypeORM's
-    // startTransaction() and a parameterized claim take two round trips), with the claim's
-    // PREPARE in front the first time a connection sends it.
+    // BEGIN and the claim as one simple-protocol query (TypeORM's startTransaction() and a
+    // parameterized claim take two round trips): `EXECUTE` of the prepared claim, with its
+    // PREPARE in front the first time a connection sends it, or the claim inlined.
     const literals = values.map((value) => client.escapeLiteral(value));
+    const { name } = statements.transactionClaim;
+    let row: ClaimRow;
     for (let round = 1; ; round++) {
-      const prepare = !preparedConnections.has(client);
+      const known = preparedConnections.get(client);
+      const how = !prepared.active ? 'inline' : known?.has(name) ? 'execute' : 'prepare-and-execute';
       try {
         // Several statements in one query answer with one result each; the claim's is the last.
         const results = (await client.query(
-          beginAndClaimSql(literals, prepare, isolationLevel),
+          beginAndClaimSql(statements, literals, how, isolationLevel),
         )) as unknown as QueryResult[];
-        preparedConnections.add(client);
-        if (subscribed) await this.runner.broadcaster.broadcast('AfterTransactionStart');
-        return results[results.length - 1].rowCount === 1;
+        if (how === 'prepare-and-execute') remember(client, name, true);
+        row = results[results.length - 1].rows[0] as ClaimRow;
+        break;
       } catch (error) {
-        const code = errorCode(error);
-        if (round >= MAX_ROUNDS) throw error;
-        if (code === DUPLICATE_PREPARED_STATEMENT) preparedConnections.add(client);
-        else if (code === UNKNOWN_PREPARED_STATEMENT) preparedConnections.delete(client);
-        else throw error;
+        if (round >= MAX_ROUNDS || !isPreparedStatementMiss(error)) throw error;
+        const code = errorCode(error)!;
+        prepared.missed(name, code);
+        remember(client, name, code === DUPLICATE_PREPARED_STATEMENT);
         await client.query('ROLLBACK');
       }
     }
+    if (subscribed) await this.runner.broadcaster.broadcast('AfterTransactionStart');
+    return this.settle(client, row, values);
+  }
+
+  /**
+   * What the claim's row means. Inserted: ours. Done: replayed. Failed (a handler that threw):
+   * claimed here. Not visible to the claim's snapshot (committed by a concurrent delivery while
+   * the claim waited on it): read again. These extra round trips happen only off the happy path;
+   * they go unnamed, as they are rare.
+   */
+  private async settle(
+    client: PoolClient,
+    first: ClaimRow,
+    values: readonly [string, string, string, string],
+  ): Promise<boolean> {
+    const { statements } = this.options;
+    const [scope, key, , lockTimeout] = values;
+    let row = first;
+    for (let round = 1; round <= MAX_SETTLE_ROUNDS; round++) {
+      if (row.claimed) return true;
+      if (row.status === 'failed') {
+        const reclaim = [scope, key, lockTimeout, first.previous];
+        const reclaimed = await client.query(claimQuery(statements.transactionReclaim, reclaim, false));
+        if (reclaimed.rowCount === 1) return true;
+      } else if (row.status !== null) {
+        return false;
+      }
+      const [state] = (await client.query(claimQuery(statements.claimState, [scope, key], false))).rows;
+      row = state
+        ? { claimed: false, status: state.status as string, previous: first.previous }
+        : // Gone since (retention): claim it anew.
+          ((await client.query(claimQuery(statements.transactionClaim, [...values], false)))
+            .rows[0] as ClaimRow);
+    }
+    throw new Error(claimUnsettled(scope, key));
   }
 
   /**
@@ -120,6 +176,17 @@ export class ClaimTransaction {
    */
   get connectionLost(): boolean {
     return this.runner.isReleased && !this.released;
+  }
+
+  /**
+   * Sends an autocommitted statement on this delivery's connection once its transaction is over
+   * (a handler's failure record): no second pool connection, which a pool of one would never give.
+   * Unnamed, as it is rare.
+   */
+  async afterwards(statement: ClaimStatement, values: unknown[]): Promise<void> {
+    if (!this.client || this.runner.isTransactionActive)
+      throw new Error('the claim transaction is still open');
+    await this.client.query(claimQuery(statement, values, false));
   }
 
   release(): Promise<void> {
@@ -161,4 +228,12 @@ export class ClaimTransaction {
       },
     );
   }
+}
+
+/** Records what `client` has prepared under `name`, as learnt from an answer. */
+function remember(client: PoolClient, name: string, prepared: boolean): void {
+  let names = preparedConnections.get(client);
+  if (!names) preparedConnections.set(client, (names = new Set()));
+  if (prepared) names.add(name);
+  else names.delete(name);
 }

@@ -1,125 +1,214 @@
 /**
- * Every statement a delivery sends, in one place (the reporter's are in maintenance.sql.ts).
- * Parameters are positional; times come from the database clock (`now()`), never Node's, so
- * replicas with skewed clocks agree on lease expiry. They are named: pg prepares each once per
- * connection, and Postgres then skips parsing and planning them (see `preparedStatements`).
+ * Every statement a delivery sends, in one place (the reporter's are in maintenance.sql.ts), built
+ * once per module for its table. Parameters are positional; times come from the database clock
+ * (`now()`), never Node's, so replicas with skewed clocks agree on lease expiry. Each has a name:
+ * pg prepares it once per connection, and Postgres then skips parsing and planning it (see
+ * `preparedStatements`).
  */
+import type { ClaimTable } from './claim-table.js';
 import type { ClaimStatement } from './statement-executor.js';
 
-/**
- * Transaction mode claim. The CTE bounds how long a concurrent duplicate waits on the first
- * delivery's uncommitted claim (`lock_timeout`, SQLSTATE 55P03 when it runs out) without a separate
- * `SET LOCAL` round trip, and RETURNING restores the previous value once the claim is ours, so the
- * handler's own statements are not bound by it. Rows commit as `done`: the commit is the completion.
- * $1 scope, $2 key, $3 source, $4 lock_timeout ('5000ms').
- */
-export const TRANSACTION_CLAIM: ClaimStatement = {
-  name: 'idempotency_transaction_claim',
-  text: `
+/** The per-delivery statements of one claims table. */
+export interface ClaimStatements {
+  readonly table: ClaimTable;
+  /**
+   * Transaction mode claim. The CTE bounds how long a concurrent duplicate waits on the first
+   * delivery's uncommitted claim (`lock_timeout`, SQLSTATE 55P03 when it runs out) without a
+   * separate `SET LOCAL` round trip, and RETURNING restores the previous value once the claim is
+   * ours, so the handler's own statements are not bound by it. Rows commit as `done`: the commit is
+   * the completion. DO NOTHING keeps a replay read-only (DO UPDATE would lock and dirty the done
+   * row); when nothing was inserted, `status` says what the statement's snapshot sees instead:
+   * `done` (replayed), `failed` (a handler that threw: claim it with `transactionReclaim`), or null
+   * for a row committed after the snapshot (read it again with `claimState`). `previous` is the
+   * lock_timeout to restore after a reclaim.
+   * $1 scope, $2 key, $3 source, $4 lock_timeout ('5000ms').
+   */
+  readonly transactionClaim: ClaimStatement;
+  /**
+   * Claims a `failed` row in transaction mode: done (uncommitted), attempts + 1, under the same
+   * lock_timeout bound, restoring `previous` once it is ours. No row: another delivery got there.
+   * $1 scope, $2 key, $3 lock_timeout, $4 the lock_timeout to restore.
+   */
+  readonly transactionReclaim: ClaimStatement;
+  /**
+   * A transaction-mode handler's failure, recorded after its transaction rolled back (so outside
+   * it): a failed row with attempts and the error, which the next delivery claims again and the
+   * reporter shows as poison once attempts reach `maxAttempts`. It never touches a done row, and
+   * gives up at once rather than wait on a duplicate's uncommitted claim (lock_timeout).
+   * $1 scope, $2 key, $3 source, $4 error, $5 lock_timeout.
+   */
+  readonly transactionFailure: ClaimStatement;
+  /**
+   * External mode claim: new key → in_progress; expired in_progress or failed → re-claimed with a
+   * new token and attempts + 1. When nothing is claimed, the same statement answers why (done, or
+   * a live lease and its seconds left) from the statement's snapshot: a duplicate costs one round
+   * trip, not two. A row committed by a concurrent delivery after the snapshot returns nothing;
+   * then `claimState` is read. Sent again with the same token (its answer was lost with the
+   * connection), it takes back its own lease rather than finding it held.
+   * $1 scope, $2 key, $3 source, $4 lease token, $5 lease ms.
+   */
+  readonly leaseClaim: ClaimStatement;
+  /**
+   * Why a claim returned no row: done, or a live lease (and how long it has left, in whole
+   * seconds, at least 1); and whose token holds it, to tell a resent fenced update that found
+   * nothing to change whether its first send ran. $1 scope, $2 key.
+   */
+  readonly claimState: ClaimStatement;
+  /** Fenced completion: only the holder of the current token marks the event done. $1 scope, $2 key, $3 token. */
+  readonly leaseComplete: ClaimStatement;
+  /** Fenced release after a failure: the next delivery re-claims at once. $1 scope, $2 key, $3 token, $4 error. */
+  readonly leaseFail: ClaimStatement;
+  /** Fenced renewal. $1 scope, $2 key, $3 token, $4 lease ms. */
+  readonly leaseExtend: ClaimStatement;
+  /** For `expireLease()` in tests: ends an in-progress lease now, as if its worker had died. $1 scope, $2 key. */
+  readonly expireLease: ClaimStatement;
+  /** The current attempt number of a claim, for the lease-lost log. $1 scope, $2 key. */
+  readonly currentAttempt: ClaimStatement;
+}
+
+/** The statements for `table`. */
+export function claimStatements(table: ClaimTable): ClaimStatements {
+  const t = table.sql;
+  const named = (name: string, text: string): ClaimStatement => ({
+    name: `idempotency_${name}${table.statementSuffix}`,
+    text,
+  });
+  return {
+    table,
+    transactionClaim: named(
+      'transaction_claim',
+      `
 WITH bound AS (
   SELECT current_setting('lock_timeout') AS previous, set_config('lock_timeout', $4, true) AS applied
+), claim AS (
+  INSERT INTO ${t} (scope, event_key, source, status, completed_at)
+  SELECT $1, $2, $3, 'done', now() FROM bound
+  ON CONFLICT (scope, event_key) DO NOTHING
+  RETURNING (SELECT set_config('lock_timeout', previous, true) FROM bound) AS lock_timeout
 )
-INSERT INTO processed_events (scope, event_key, source, status, completed_at)
-SELECT $1, $2, $3, 'done', now() FROM bound
-ON CONFLICT (scope, event_key) DO NOTHING
-RETURNING (SELECT set_config('lock_timeout', previous, true) FROM bound) AS lock_timeout`,
-};
-
-/**
- * The transaction claim as a SQL-level prepared statement, so that BEGIN and the claim can travel
- * in one simple-protocol query (`beginAndClaim`). Prepared once per connection.
- */
-export const PREPARE_TRANSACTION_CLAIM = `PREPARE ${TRANSACTION_CLAIM.name} (text, text, text, text) AS${TRANSACTION_CLAIM.text}`;
-
-/**
- * BEGIN and the prepared transaction claim (preceded by its PREPARE on a connection that has not
- * run it) as one simple-protocol query: one round trip. The simple protocol takes no parameters,
- * so the four values come as literals, already escaped by pg's `escapeLiteral`.
- */
-export function beginAndClaimSql(
-  literals: readonly string[],
-  prepare: boolean,
-  isolationLevel?: string,
-): string {
-  const begin = isolationLevel ? `BEGIN ISOLATION LEVEL ${isolationLevel}` : 'BEGIN';
-  const execute = `EXECUTE ${TRANSACTION_CLAIM.name} (${literals.join(', ')})`;
-  return prepare ? `${begin}; ${PREPARE_TRANSACTION_CLAIM}; ${execute}` : `${begin}; ${execute}`;
+SELECT EXISTS (SELECT 1 FROM claim) AS claimed,
+       CASE WHEN EXISTS (SELECT 1 FROM claim) THEN NULL
+            ELSE (SELECT status FROM ${t} WHERE scope = $1 AND event_key = $2) END AS status,
+       (SELECT previous FROM bound) AS previous`,
+    ),
+    transactionReclaim: named(
+      'transaction_reclaim',
+      `
+WITH bound AS (SELECT set_config('lock_timeout', $3, true) AS applied)
+UPDATE ${t} AS pe SET
+  status = 'done',
+  attempts = pe.attempts + 1,
+  claimed_at = now(),
+  completed_at = now(),
+  last_error = NULL
+FROM bound
+WHERE pe.scope = $1 AND pe.event_key = $2 AND pe.status = 'failed'
+RETURNING set_config('lock_timeout', $4, true) AS lock_timeout`,
+    ),
+    transactionFailure: named(
+      'transaction_failure',
+      `
+WITH bound AS (SELECT set_config('lock_timeout', $5, true) AS applied)
+INSERT INTO ${t} AS pe (scope, event_key, source, status, attempts, last_error)
+SELECT $1, $2, $3, 'failed', 1, $4 FROM bound
+ON CONFLICT (scope, event_key) DO UPDATE SET
+  attempts = pe.attempts + 1,
+  claimed_at = now(),
+  last_error = EXCLUDED.last_error
+WHERE pe.status = 'failed'`,
+    ),
+    leaseClaim: named(
+      'lease_claim',
+      `
+WITH claim AS (
+  INSERT INTO ${t} AS pe
+    (scope, event_key, source, status, attempts, lease_token, claimed_at, lease_expires_at)
+  VALUES ($1, $2, $3, 'in_progress', 1, $4, now(), now() + $5::double precision * interval '1 millisecond')
+  ON CONFLICT (scope, event_key) DO UPDATE SET
+    status = 'in_progress',
+    attempts = CASE WHEN pe.lease_token = EXCLUDED.lease_token THEN pe.attempts ELSE pe.attempts + 1 END,
+    lease_token = EXCLUDED.lease_token,
+    claimed_at = EXCLUDED.claimed_at,
+    lease_expires_at = EXCLUDED.lease_expires_at,
+    completed_at = NULL,
+    last_error = NULL
+  WHERE (pe.status = 'in_progress' AND pe.lease_expires_at <= EXCLUDED.claimed_at)
+     OR pe.status = 'failed'
+     OR (pe.status = 'in_progress' AND pe.lease_token = EXCLUDED.lease_token)
+  RETURNING pe.attempts
+)
+SELECT true AS claimed, attempts, NULL::text AS status, NULL::boolean AS live, NULL::int AS seconds_left
+FROM claim
+UNION ALL
+SELECT false, attempts, status, lease_expires_at > now(),
+       GREATEST(1, CEIL(EXTRACT(EPOCH FROM (lease_expires_at - now()))))::int
+FROM ${t}
+WHERE scope = $1 AND event_key = $2 AND NOT EXISTS (SELECT 1 FROM claim)`,
+    ),
+    claimState: named(
+      'claim_state',
+      `
+SELECT status, attempts, lease_token, lease_expires_at > now() AS live,
+       GREATEST(1, CEIL(EXTRACT(EPOCH FROM (lease_expires_at - now()))))::int AS seconds_left
+FROM ${t} WHERE scope = $1 AND event_key = $2`,
+    ),
+    leaseComplete: named(
+      'lease_complete',
+      `
+UPDATE ${t} SET status = 'done', completed_at = now()
+WHERE scope = $1 AND event_key = $2 AND lease_token = $3 AND status = 'in_progress'`,
+    ),
+    leaseFail: named(
+      'lease_fail',
+      `
+UPDATE ${t} SET status = 'failed', last_error = $4
+WHERE scope = $1 AND event_key = $2 AND lease_token = $3 AND status = 'in_progress'`,
+    ),
+    leaseExtend: named(
+      'lease_extend',
+      `
+UPDATE ${t} SET lease_expires_at = now() + $4::double precision * interval '1 millisecond'
+WHERE scope = $1 AND event_key = $2 AND lease_token = $3 AND status = 'in_progress'`,
+    ),
+    expireLease: named(
+      'expire_lease',
+      `
+UPDATE ${t} SET lease_expires_at = now()
+WHERE scope = $1 AND event_key = $2 AND status = 'in_progress'`,
+    ),
+    currentAttempt: named('current_attempt', `SELECT attempts FROM ${t} WHERE scope = $1 AND event_key = $2`),
+  };
 }
 
 /**
- * External mode claim: new key → in_progress; expired in_progress or failed → re-claimed with a
- * new token and attempts + 1; anything else → no row. Clock functions stay in VALUES and the
- * WHERE compares plain columns (EXCLUDED.claimed_at), so the statement also runs on Citus.
- * $1 scope, $2 key, $3 source, $4 lease token, $5 lease ms.
+ * The transaction claim as a SQL-level prepared statement, so that BEGIN and the claim can travel
+ * in one simple-protocol query (`beginAndClaimSql`). Prepared once per connection.
  */
-export const LEASE_CLAIM: ClaimStatement = {
-  name: 'idempotency_lease_claim',
-  text: `
-INSERT INTO processed_events AS pe
-  (scope, event_key, source, status, attempts, lease_token, claimed_at, lease_expires_at)
-VALUES ($1, $2, $3, 'in_progress', 1, $4, now(), now() + $5::double precision * interval '1 millisecond')
-ON CONFLICT (scope, event_key) DO UPDATE SET
-  status = 'in_progress',
-  attempts = pe.attempts + 1,
-  lease_token = EXCLUDED.lease_token,
-  claimed_at = EXCLUDED.claimed_at,
-  lease_expires_at = EXCLUDED.lease_expires_at,
-  completed_at = NULL,
-  last_error = NULL
-WHERE (pe.status = 'in_progress' AND pe.lease_expires_at <= EXCLUDED.claimed_at)
-   OR pe.status = 'failed'
-RETURNING pe.attempts`,
-};
+export function prepareTransactionClaimSql(statements: ClaimStatements): string {
+  const { name, text } = statements.transactionClaim;
+  return `PREPARE ${name} (text, text, text, text) AS${text}`;
+}
 
 /**
- * Why a lease claim returned no row: done, or a live lease (and how long it has left, in whole
- * seconds, at least 1). $1 scope, $2 key.
+ * BEGIN and the transaction claim as one simple-protocol query: one round trip. Prepared, it is
+ * `EXECUTE` of the SQL-level prepared statement (preceded by its PREPARE on a connection that has
+ * not run it); unprepared (behind a transaction-mode pooler, where the next transaction may run on
+ * a server connection that never saw the PREPARE), the claim's own text with the values inlined.
+ * The simple protocol takes no parameters, so the four values come as literals, already escaped
+ * by pg's `escapeLiteral`.
  */
-export const CLAIM_STATE: ClaimStatement = {
-  name: 'idempotency_claim_state',
-  text: `
-SELECT status, attempts, lease_expires_at > now() AS live,
-       GREATEST(1, CEIL(EXTRACT(EPOCH FROM (lease_expires_at - now()))))::int AS seconds_left
-FROM processed_events WHERE scope = $1 AND event_key = $2`,
-};
-
-/** Fenced completion: only the holder of the current token marks the event done. $1 scope, $2 key, $3 token. */
-export const LEASE_COMPLETE: ClaimStatement = {
-  name: 'idempotency_lease_complete',
-  text: `
-UPDATE processed_events SET status = 'done', completed_at = now()
-WHERE scope = $1 AND event_key = $2 AND lease_token = $3 AND status = 'in_progress'`,
-};
-
-/** Fenced release after a failure: the next delivery re-claims at once. $1 scope, $2 key, $3 token, $4 error. */
-export const LEASE_FAIL: ClaimStatement = {
-  name: 'idempotency_lease_fail',
-  text: `
-UPDATE processed_events SET status = 'failed', last_error = $4
-WHERE scope = $1 AND event_key = $2 AND lease_token = $3 AND status = 'in_progress'`,
-};
-
-/** Fenced renewal. $1 scope, $2 key, $3 token, $4 lease ms. */
-export const LEASE_EXTEND: ClaimStatement = {
-  name: 'idempotency_lease_extend',
-  text: `
-UPDATE processed_events SET lease_expires_at = now() + $4::double precision * interval '1 millisecond'
-WHERE scope = $1 AND event_key = $2 AND lease_token = $3 AND status = 'in_progress'`,
-};
-
-/**
- * For `expireLease()` in tests: ends an in-progress lease now, as if its worker had died.
- * $1 scope, $2 key.
- */
-export const EXPIRE_LEASE: ClaimStatement = {
-  name: 'idempotency_expire_lease',
-  text: `
-UPDATE processed_events SET lease_expires_at = now()
-WHERE scope = $1 AND event_key = $2 AND status = 'in_progress'`,
-};
-
-/** The current attempt number of a claim, for the lease-lost log. $1 scope, $2 key. */
-export const CURRENT_ATTEMPT: ClaimStatement = {
-  name: 'idempotency_current_attempt',
-  text: `SELECT attempts FROM processed_events WHERE scope = $1 AND event_key = $2`,
-};
+export function beginAndClaimSql(
+  statements: ClaimStatements,
+  literals: readonly string[],
+  how: 'execute' | 'prepare-and-execute' | 'inline',
+  isolationLevel?: string,
+): string {
+  const begin = isolationLevel ? `BEGIN ISOLATION LEVEL ${isolationLevel}` : 'BEGIN';
+  const { name, text } = statements.transactionClaim;
+  if (how === 'inline')
+    return `${begin};${text.replace(/\$(\d)/g, (_, n: string) => literals[Number(n) - 1])}`;
+  const execute = `EXECUTE ${name} (${literals.join(', ')})`;
+  return how === 'prepare-and-execute'
+    ? `${begin}; ${prepareTransactionClaimSql(statements)}; ${execute}`
+    : `${begin}; ${execute}`;
+}

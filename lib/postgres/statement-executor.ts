@@ -1,8 +1,12 @@
-import type { Logger } from '@nestjs/common';
 import type { QueryConfig, QueryResult } from 'pg';
 import type { DataSource } from 'typeorm';
-import { statementForgotten } from '../idempotency.messages.js';
-import { errorCode, UNKNOWN_PREPARED_STATEMENT } from './pg-errors.js';
+import {
+  DUPLICATE_PREPARED_STATEMENT,
+  errorCode,
+  isConnectionError,
+  UNKNOWN_PREPARED_STATEMENT,
+} from './pg-errors.js';
+import type { PreparedStatements } from './prepared-statements.js';
 import { pgPoolOf } from './typeorm-internals.js';
 
 /** A statement of the per-delivery path, with the name pg prepares it under. */
@@ -13,53 +17,69 @@ export interface ClaimStatement {
 
 /**
  * The pg query for `statement`. Named, pg parses it once per connection and Postgres reuses the
- * plan on every later delivery; unnamed (`prepared: false`), it is parsed and planned each time,
- * which a pooler in transaction mode that does not track prepared statements needs.
+ * plan on every later delivery; unnamed, it is parsed and planned each time (still one round
+ * trip: Parse, Bind and Execute travel together), which a transaction-mode pooler needs.
  */
 export function claimQuery(statement: ClaimStatement, values: unknown[], prepared: boolean): QueryConfig {
   return prepared ? { name: statement.name, text: statement.text, values } : { text: statement.text, values };
 }
 
-/** Sends of one statement whose connections had forgotten it (see execute()). */
-const MAX_STATEMENT_SENDS = 3;
-/** The forgotten-statement warning repeats at most this often. */
-const FORGOTTEN_WARNING_EVERY_MS = 60_000;
+/** True for an error of a statement that did not run because of the connection's prepared state. */
+export function isPreparedStatementMiss(error: unknown): boolean {
+  const code = errorCode(error);
+  return code === UNKNOWN_PREPARED_STATEMENT || code === DUPLICATE_PREPARED_STATEMENT;
+}
+
+/**
+ * Sends for a statement that survives a lost connection: the first, and two more on fresh
+ * connections. pg-pool destroys a connection whose query failed, but the connection a handler's
+ * QueryRunner lost may already sit idle in the pool as healthy (a terminated backend's error
+ * arrives before its socket closes), and be handed to the next query.
+ */
+const MAX_CONNECTION_SENDS = 3;
+/** Pause before each resend, in ms: a restarting server or a failover needs a moment. */
+const RESEND_DELAYS_MS = [0, 50, 250];
 
 /**
  * Sends autocommitted claim statements on the DataSource's pg pool, as hand-written SQL would:
- * no QueryRunner, and prepared when `prepared` is set. pg remembers what it prepared on each
- * connection; when someone has run DEALLOCATE ALL or DISCARD ALL on one, the statement fails
- * there without running, pg-pool drops that connection, and it is sent again on another, where pg
- * prepares it anew. Each such miss costs a new connection, so it is logged: many of them mean a
- * pooler in transaction mode.
+ * no QueryRunner, prepared while `prepared` says so. A statement that misses its prepared state
+ * (see PreparedStatements) did not run, so it is sent again at once, unprepared.
  */
 export class StatementExecutor {
-  private lastForgottenWarning = -Infinity;
-
   constructor(
     private readonly dataSource: DataSource,
-    private readonly prepared: boolean,
-    private readonly logger: Logger,
+    private readonly prepared: PreparedStatements,
   ) {}
 
   async execute(statement: ClaimStatement, parameters: unknown[]): Promise<QueryResult> {
-    const query = claimQuery(statement, parameters, this.prepared);
-    for (let send = 1; ; send++) {
-      try {
-        return await pgPoolOf(this.dataSource).query(query);
-      } catch (error) {
-        if (send >= MAX_STATEMENT_SENDS || errorCode(error) !== UNKNOWN_PREPARED_STATEMENT) throw error;
-        const now = Date.now();
-        if (now - this.lastForgottenWarning >= FORGOTTEN_WARNING_EVERY_MS) {
-          this.lastForgottenWarning = now;
-          this.logger.warn(statementForgotten(statement.name));
-        }
-      }
+    const pool = pgPoolOf(this.dataSource);
+    if (!this.prepared.active) return pool.query(claimQuery(statement, parameters, false));
+    try {
+      return await pool.query(claimQuery(statement, parameters, true));
+    } catch (error) {
+      if (!isPreparedStatementMiss(error)) throw error;
+      this.prepared.missed(statement.name, errorCode(error)!);
+      return pool.query(claimQuery(statement, parameters, false));
     }
   }
 
-  /** Rows a fenced UPDATE changed. */
-  async update(statement: ClaimStatement, parameters: unknown[]): Promise<number> {
-    return (await this.execute(statement, parameters)).rowCount ?? 0;
+  /**
+   * execute() for statements that are safe to send twice (the fenced updates, a claim under the
+   * same token): a connection-class failure is sent again on a fresh connection, bounded, so a
+   * lost connection costs a resend rather than a lease that stays in progress. `resent` tells the
+   * caller an earlier send may have run without its answer arriving.
+   */
+  async executeResending(
+    statement: ClaimStatement,
+    parameters: unknown[],
+  ): Promise<{ result: QueryResult; resent: boolean }> {
+    for (let send = 1; ; send++) {
+      try {
+        return { result: await this.execute(statement, parameters), resent: send > 1 };
+      } catch (error) {
+        if (send >= MAX_CONNECTION_SENDS || !isConnectionError(error)) throw error;
+        await new Promise((resolve) => setTimeout(resolve, RESEND_DELAYS_MS[send]));
+      }
+    }
   }
 }

@@ -1,9 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import { Inject, Injectable, Logger } from '@nestjs/common';
-import type { DataSource } from 'typeorm';
 import type { ClaimResult } from '../core/claim-result.js';
 import type { ClaimHandle, ClaimSpec, ClaimStrategy } from '../core/claim-strategy.js';
-import { DEFAULTS, IDEMPOTENCY_CONFIG, IDEMPOTENCY_DATA_SOURCE } from '../idempotency.constants.js';
+import { DEFAULTS, IDEMPOTENCY_CONFIG } from '../idempotency.constants.js';
 import {
   claimFailedLog,
   completionFailed,
@@ -14,16 +13,9 @@ import {
 } from '../idempotency.messages.js';
 import { IdempotencyMetrics } from '../idempotency.metrics.js';
 import type { IdempotencyConfig } from '../interfaces/index.js';
-import {
-  CLAIM_STATE,
-  CURRENT_ATTEMPT,
-  LEASE_CLAIM,
-  LEASE_COMPLETE,
-  LEASE_EXTEND,
-  LEASE_FAIL,
-} from '../postgres/claim.sql.js';
+import { ClaimDatabase } from '../postgres/claim-database.js';
 import { errorMessage, isConnectionError } from '../postgres/pg-errors.js';
-import { StatementExecutor, type ClaimStatement } from '../postgres/statement-executor.js';
+import type { ClaimStatement } from '../postgres/statement-executor.js';
 import { databaseUnavailableError } from './database-unavailable.js';
 
 /**
@@ -41,15 +33,12 @@ const MAX_CLAIM_ROUNDS = 3;
 @Injectable()
 export class LeaseStrategy implements ClaimStrategy {
   private readonly logger = new Logger('IdempotencyModule');
-  private readonly statements: StatementExecutor;
 
   constructor(
-    @Inject(IDEMPOTENCY_DATA_SOURCE) private readonly dataSource: DataSource,
+    private readonly database: ClaimDatabase,
     @Inject(IDEMPOTENCY_CONFIG) private readonly config: IdempotencyConfig,
     private readonly metrics: IdempotencyMetrics,
-  ) {
-    this.statements = new StatementExecutor(dataSource, config.preparedStatements, this.logger);
-  }
+  ) {}
 
   async run<T>(
     spec: ClaimSpec,
@@ -66,7 +55,12 @@ export class LeaseStrategy implements ClaimStrategy {
     const heartbeat = spec.heartbeat ? this.startHeartbeat(spec, key, extendLease, leaseMs) : undefined;
     let value: T;
     try {
-      value = await work({ manager: this.dataSource.manager, leaseToken: token, attempt, extendLease });
+      value = await work({
+        manager: this.database.dataSource.manager,
+        leaseToken: token,
+        attempt,
+        extendLease,
+      });
     } catch (error) {
       clearInterval(heartbeat);
       await this.fail(spec, key, token, attempt, error);
@@ -93,18 +87,16 @@ export class LeaseStrategy implements ClaimStrategy {
     key: string,
     leaseMs: number,
   ): Promise<{ kind: 'claimed'; token: string; attempt: number } | ClaimResult<never>> {
+    const { leaseClaim, claimState } = this.database.statements;
     for (let round = 1; ; round++) {
+      // One token per claim, kept when the claim is resent after a lost connection: the resend
+      // then takes back its own lease (see ClaimStatements.leaseClaim).
       const token = randomUUID();
-      const claimed = await this.query(spec, key, LEASE_CLAIM, [
-        spec.scope,
-        key,
-        spec.source,
-        token,
-        leaseMs,
-      ]);
-      if (claimed.length === 1) return { kind: 'claimed', token, attempt: Number(claimed[0].attempts) };
-
-      const [state] = await this.query(spec, key, CLAIM_STATE, [spec.scope, key]);
+      const rows = await this.query(spec, key, leaseClaim, [spec.scope, key, spec.source, token, leaseMs]);
+      let state = rows[0];
+      if (state?.claimed) return { kind: 'claimed', token, attempt: Number(state.attempts) };
+      // Nothing visible to the claim's snapshot: committed by a concurrent delivery since. Read it.
+      if (!state) [state] = await this.query(spec, key, claimState, [spec.scope, key]);
       if (state?.status === 'done') {
         this.metrics.count('replayed', spec.scope, key);
         return { kind: 'replayed' };
@@ -120,7 +112,17 @@ export class LeaseStrategy implements ClaimStrategy {
 
   private async complete(spec: ClaimSpec, key: string, token: string, attempt: number) {
     try {
-      if ((await this.statements.update(LEASE_COMPLETE, [spec.scope, key, token])) === 1) return;
+      if (
+        await this.fenced(
+          this.database.statements.leaseComplete,
+          [spec.scope, key, token],
+          key,
+          spec,
+          token,
+          'done',
+        )
+      )
+        return;
       await this.reportLeaseLost(spec, key, attempt);
     } catch (error) {
       // The work happened: answering 5xx would make the sender run it again once the lease
@@ -133,7 +135,8 @@ export class LeaseStrategy implements ClaimStrategy {
     const message = errorMessage(error).slice(0, DEFAULTS.maxErrorLength);
     let lost: boolean;
     try {
-      lost = !(await this.markFailed(spec, key, token, attempt, message));
+      const parameters = [spec.scope, key, token, message];
+      lost = !(await this.fenced(this.database.statements.leaseFail, parameters, key, spec, token, 'failed'));
     } catch (releaseError) {
       // Not marked, yet still this worker's failure: the lease expires and the event is re-claimed.
       lost = false;
@@ -146,45 +149,51 @@ export class LeaseStrategy implements ClaimStrategy {
   }
 
   /**
-   * The fenced failure mark; true when this attempt's claim is marked failed. A handler's lost
-   * connection often takes the first send with it: when a backend is terminated (57P01) the
-   * statement's error arrives before the socket closes, so pg-pool takes the connection back as
-   * healthy and hands it out first (its idle list is last in, first out), to this very mark. One
-   * more send goes out on a live connection; without it the event would wait out its whole lease
-   * although the sender was told to retry after `retryAfterSeconds`.
+   * A fenced update (completion, failure mark, renewal), sent again on a fresh connection when the
+   * connection fails, so that a lost connection does not leave a finished event in progress for
+   * its whole lease and call the downstream a second time once it expires. True when the row is
+   * this token's and reached `status`: the update matched, or a resend matched nothing because an
+   * earlier send had run and only its answer was lost.
    */
-  private async markFailed(
-    spec: ClaimSpec,
+  private async fenced(
+    statement: ClaimStatement,
+    parameters: unknown[],
     key: string,
+    spec: ClaimSpec,
     token: string,
-    attempt: number,
-    message: string,
+    status: 'done' | 'failed' | 'in_progress',
   ): Promise<boolean> {
-    const parameters = [spec.scope, key, token, message];
-    try {
-      return (await this.statements.update(LEASE_FAIL, parameters)) === 1;
-    } catch (error) {
-      if (!isConnectionError(error)) throw error;
-    }
-    if ((await this.statements.update(LEASE_FAIL, parameters)) === 1) return true;
-    // Nothing matched: taken over, or the first send did run and only its answer was lost.
-    const [state] = (await this.statements.execute(CLAIM_STATE, [spec.scope, key])).rows;
-    return state?.status === 'failed' && Number(state.attempts) === attempt;
+    const { result, resent } = await this.database.executor.executeResending(statement, parameters);
+    if (result.rowCount === 1) return true;
+    if (!resent) return false;
+    const [state] = (
+      await this.database.executor.execute(this.database.statements.claimState, [spec.scope, key])
+    ).rows;
+    return state?.lease_token === token && state.status === status;
   }
 
   /** A fenced completion or failure matched nothing: the lease was taken over meanwhile. */
   private async reportLeaseLost(spec: ClaimSpec, key: string, attempt: number) {
     this.metrics.count('lease_lost', spec.scope, key);
     // Only for the log: the lease is lost whether or not this read succeeds.
-    const current = await this.statements.execute(CURRENT_ATTEMPT, [spec.scope, key]).then(
-      (result) => result.rows[0]?.attempts as number | undefined,
-      () => undefined,
-    );
+    const current = await this.database.executor
+      .execute(this.database.statements.currentAttempt, [spec.scope, key])
+      .then(
+        (result) => result.rows[0]?.attempts as number | undefined,
+        () => undefined,
+      );
     this.logger.error(leaseLost(spec.scope, key, attempt, current));
   }
 
-  private async extend(spec: ClaimSpec, key: string, token: string, ms: number): Promise<boolean> {
-    return (await this.statements.update(LEASE_EXTEND, [spec.scope, key, token, ms])) === 1;
+  private extend(spec: ClaimSpec, key: string, token: string, ms: number): Promise<boolean> {
+    return this.fenced(
+      this.database.statements.leaseExtend,
+      [spec.scope, key, token, ms],
+      key,
+      spec,
+      token,
+      'in_progress',
+    );
   }
 
   private startHeartbeat(
@@ -211,7 +220,9 @@ export class LeaseStrategy implements ClaimStrategy {
   /** A claim-path query; infrastructure failures become IdempotencyUnavailableError. */
   private async query(spec: ClaimSpec, key: string, statement: ClaimStatement, parameters: unknown[]) {
     try {
-      return (await this.statements.execute(statement, parameters)).rows as Record<string, any>[];
+      // The claim is resent with its token after a lost connection: it takes back its own lease.
+      const { result } = await this.database.executor.executeResending(statement, parameters);
+      return result.rows as Record<string, any>[];
     } catch (error) {
       throw databaseUnavailableError(
         this.logger,

@@ -1,12 +1,12 @@
 import { Inject, Injectable, Logger } from '@nestjs/common';
-import type { DataSource } from 'typeorm';
 import type { ClaimResult } from '../core/claim-result.js';
 import type { ClaimHandle, ClaimSpec, ClaimStrategy } from '../core/claim-strategy.js';
-import { IDEMPOTENCY_CONFIG, IDEMPOTENCY_DATA_SOURCE } from '../idempotency.constants.js';
+import { DEFAULTS, IDEMPOTENCY_CONFIG } from '../idempotency.constants.js';
 import { TransactionAbortedError } from '../idempotency.errors.js';
 import {
   claimFailedLog,
   commitAmbiguousLog,
+  failureNotRecorded,
   handlerDatabaseFailedLog,
   slowTransaction,
   transactionAborted,
@@ -14,6 +14,7 @@ import {
 } from '../idempotency.messages.js';
 import { IdempotencyMetrics } from '../idempotency.metrics.js';
 import type { IdempotencyConfig } from '../interfaces/index.js';
+import { ClaimDatabase } from '../postgres/claim-database.js';
 import {
   ClaimTransaction,
   CommitRolledBackError,
@@ -21,6 +22,7 @@ import {
 } from '../postgres/claim-transaction.js';
 import {
   errorCode,
+  errorMessage,
   isConnectionError,
   isDataError,
   isRetryable,
@@ -50,7 +52,7 @@ export class TransactionStrategy implements ClaimStrategy {
   private readonly lockTimeout: string;
 
   constructor(
-    @Inject(IDEMPOTENCY_DATA_SOURCE) private readonly dataSource: DataSource,
+    private readonly database: ClaimDatabase,
     @Inject(IDEMPOTENCY_CONFIG) private readonly config: IdempotencyConfig,
     private readonly metrics: IdempotencyMetrics,
   ) {
@@ -105,7 +107,7 @@ export class TransactionStrategy implements ClaimStrategy {
       for (let attempt = 1; ; attempt++) {
         const retriesLeft = attempt < MAX_TRANSACTION_TRIES;
         const transaction = new ClaimTransaction(
-          this.dataSource.createQueryRunner(),
+          this.database.dataSource.createQueryRunner(),
           this.transactionOptions(),
         );
         try {
@@ -137,13 +139,14 @@ export class TransactionStrategy implements ClaimStrategy {
             this.warnIfSlow(spec.scope, performance.now() - started);
             await rollbackQuietly(transaction);
             if (retriesLeft && isRetryable(error)) continue;
-            this.metrics.count('failed', spec.scope, key);
             // A lost connection or lasting contention is not the handler's fault: the redelivery
             // can succeed unchanged. A connection lost while the handler waited between statements
             // surfaces as whatever its next statement threw (TypeORM's "already released").
             if (isConnectionError(error) || isRetryable(error) || transaction.connectionLost) {
+              this.metrics.count('failed', spec.scope, key);
               throw this.unavailable(spec, key, error, handlerDatabaseFailedLog);
             }
+            await this.failed(transaction, spec, key, error);
             throw error;
           }
           this.warnIfSlow(spec.scope, performance.now() - started);
@@ -200,15 +203,16 @@ export class TransactionStrategy implements ClaimStrategy {
     error: unknown,
   ): Promise<unknown> {
     if (error instanceof CommitRolledBackError) {
-      this.metrics.count('failed', spec.scope, key);
       this.logger.error(transactionAbortedLog(spec.scope, key));
-      return new TransactionAbortedError(transactionAborted(key), spec.scope, key);
+      const aborted = new TransactionAbortedError(transactionAborted(key), spec.scope, key);
+      await this.failed(transaction, spec, key, aborted);
+      return aborted;
     }
     await rollbackQuietly(transaction);
     // The handler's data was refused at COMMIT (a deferred constraint, say): its failure, as if
     // it had thrown, not an unavailable database.
     if (isDataError(error)) {
-      this.metrics.count('failed', spec.scope, key);
+      await this.failed(transaction, spec, key, error);
       return error;
     }
     // The COMMIT was sent and its answer lost: it may have committed. The redelivery tells
@@ -218,11 +222,44 @@ export class TransactionStrategy implements ClaimStrategy {
 
   /** Read per delivery: the DataSource may be initialized (subscribers built) after this is constructed. */
   private transactionOptions(): ClaimTransactionOptions {
+    const { dataSource, statements, prepared } = this.database;
     return {
-      prepared: this.config.preparedStatements,
-      isolationLevel: this.dataSource.options.isolationLevel,
-      subscribed: this.dataSource.subscribers.length > 0,
+      statements,
+      prepared,
+      isolationLevel: dataSource.options.isolationLevel,
+      subscribed: dataSource.subscribers.length > 0,
     };
+  }
+
+  /**
+   * Counts a handler's failure and records it outside its rolled-back transaction (attempts and
+   * the error), so an event that fails on every delivery shows up as poison in the reporter, as it
+   * does in external mode. Best effort: the answer is the failure either way.
+   */
+  private async failed(
+    transaction: ClaimTransaction,
+    spec: ClaimSpec,
+    key: string,
+    error: unknown,
+  ): Promise<void> {
+    this.metrics.count('failed', spec.scope, key);
+    // A handler that answers its input 4xx has refused it on purpose: that writes nothing.
+    if (isRefusal(error)) return;
+    const message = errorMessage(error).slice(0, DEFAULTS.maxErrorLength);
+    try {
+      await transaction.afterwards(this.database.statements.transactionFailure, [
+        spec.scope,
+        key,
+        spec.source,
+        message,
+        this.lockTimeout,
+      ]);
+    } catch (recordError) {
+      // A duplicate holding the claim (lock_timeout) is already retrying the event: nothing to add.
+      if (errorCode(recordError) !== LOCK_NOT_AVAILABLE) {
+        this.logger.warn(failureNotRecorded(spec.scope, key, recordError));
+      }
+    }
   }
 
   private warnIfSlow(scope: string, elapsedMs: number): void {
@@ -241,4 +278,10 @@ async function rollbackQuietly(transaction: ClaimTransaction): Promise<void> {
   } catch {
     // The connection is gone; Postgres rolls the transaction back on its own.
   }
+}
+
+/** An HttpException (or anything shaped like one) with a 4xx status: the handler refused its input. */
+function isRefusal(error: unknown): boolean {
+  const status = (error as { getStatus?: () => unknown })?.getStatus?.();
+  return typeof status === 'number' && status >= 400 && status < 500;
 }

@@ -1,5 +1,6 @@
 import type { DataSource } from 'typeorm';
-import { EXPIRE_LEASE } from '../postgres/claim.sql.js';
+import { claimTable } from '../postgres/claim-table.js';
+import { claimStatements } from '../postgres/claim.sql.js';
 import { claimQuery } from '../postgres/statement-executor.js';
 import { pgPoolOf } from '../postgres/typeorm-internals.js';
 
@@ -10,10 +11,18 @@ import { pgPoolOf } from '../postgres/typeorm-internals.js';
  * lease finds it lost once another delivery has re-claimed the event (its completion or failure
  * changes nothing and counts `lease_lost`); before that, its heartbeat or `extendLease()` brings
  * the lease back, as for any slow worker. Resolves false, changing nothing, when the key has no
- * in-progress claim under `scope` (done, failed, or never claimed).
+ * in-progress claim under `scope` (done, failed, or never claimed). `table` names the claims table
+ * when the module's `schema` or `table` option moved it.
  */
-export async function expireLease(dataSource: DataSource, scope: string, key: string): Promise<boolean> {
+export async function expireLease(
+  dataSource: DataSource,
+  scope: string,
+  key: string,
+  table: { schema?: string; table?: string } = {},
+): Promise<boolean> {
+  const schema = table.schema ?? (dataSource.options as { schema?: string }).schema;
+  const { expireLease: statement } = claimStatements(claimTable(schema, table.table));
   // Unnamed: a test helper has no plan worth keeping on the app's connections.
-  const result = await pgPoolOf(dataSource).query(claimQuery(EXPIRE_LEASE, [scope, key], false));
+  const result = await pgPoolOf(dataSource).query(claimQuery(statement, [scope, key], false));
   return result.rowCount === 1;
 }

@@ -1,7 +1,7 @@
 import { Module, type DynamicModule } from '@nestjs/common';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { DataSource } from 'typeorm';
-import { CreateProcessedEvents1764547200000, IDEMPOTENCY_ENTITIES } from '../idempotency.js';
+import { IDEMPOTENCY_ENTITIES, IDEMPOTENCY_MIGRATIONS } from '../idempotency.js';
 import { Invoice } from '../stripe/entities/invoice.entity.js';
 import { Order } from '../stripe/entities/order.entity.js';
 import { CreateOrdersAndInvoices1764633600000 } from './migrations/1764633600000-create-orders-and-invoices.migration.js';
@@ -27,7 +27,7 @@ export class DatabaseModule {
             applicationName: DATABASE_APPLICATION_NAME,
             // The library's entity is registered explicitly, next to the app's own.
             entities: [Order, Invoice, ...IDEMPOTENCY_ENTITIES],
-            migrations: [CreateProcessedEvents1764547200000, CreateOrdersAndInvoices1764633600000],
+            migrations: [...IDEMPOTENCY_MIGRATIONS, CreateOrdersAndInvoices1764633600000],
             // A database that cannot be reached must fail a delivery (503), not hang it.
             connectTimeoutMS: 5_000,
             // Fail fast at start-up: a wrong DATABASE_URL should not take half a minute to report.

@@ -5,7 +5,7 @@ import { DataSource } from 'typeorm';
 import request from 'supertest';
 import { IdempotencyMetrics, type IdempotencyModuleOptions } from '../../lib/index.js';
 import { pgPoolOf } from '../../lib/postgres/typeorm-internals.js';
-import { LEASE_CLAIM, PREPARE_TRANSACTION_CLAIM } from '../../lib/postgres/claim.sql.js';
+import { CLAIM_SQL, PREPARE_TRANSACTION_CLAIM } from '../support/claim-sql.js';
 import { ADAPTERS, startApp, type RunningApp } from '../support/app.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import { LogCapture } from '../support/log-capture.js';
@@ -142,7 +142,9 @@ describe.each(ADAPTERS)('one-round-trip transaction claim (%s)', (adapter) => {
     }
   };
   const orders = (id: string) => db.count('SELECT count(*) FROM orders WHERE event_id = $1', [id]);
-  const claims = (id: string) => db.count('SELECT count(*) FROM processed_events WHERE event_key = $1', [id]);
+  // Claims that committed: a handler's failure leaves a failed record, which claims nothing.
+  const claims = (id: string) =>
+    db.count(`SELECT count(*) FROM processed_events WHERE event_key = $1 AND status = 'done'`, [id]);
   const handled = (running: RunningApp, route: string, key: string) =>
     running.app.get(ClaimStatementController).callsOf(route, key);
   /** Sends a delivery twice: processed, then replayed without calling the handler. */
@@ -336,25 +338,17 @@ describe.each(ADAPTERS)('one-round-trip transaction claim (%s)', (adapter) => {
         const leaseStatements = async () => (await preparedClaims(running)).map((row) => row.name).sort();
         const firstId = `evt_dealloc_external_1_${adapter}`;
         await deliverTwice(running, '/claims/external', firstId);
-        // The new event's claim and completion, the duplicate's claim and state read.
-        expect(await leaseStatements()).toEqual([
-          'idempotency_claim_state',
-          'idempotency_lease_claim',
-          'idempotency_lease_complete',
-        ]);
+        // The new event's claim and completion; the duplicate is answered by its claim alone.
+        expect(await leaseStatements()).toEqual(['idempotency_lease_claim', 'idempotency_lease_complete']);
         const forgetful = await backend();
 
         // pg still believes the connection has them: its next EXECUTE fails there (26000) without
-        // running, and pg-pool drops that connection.
+        // running, pg-pool drops that connection, and the claim goes again, unprepared.
         await dataSource.query('DEALLOCATE ALL');
         const secondId = `evt_dealloc_external_2_${adapter}`;
         await deliverTwice(running, '/claims/external', secondId);
         expect(await backend()).not.toBe(forgetful);
-        expect(await leaseStatements()).toEqual([
-          'idempotency_claim_state',
-          'idempotency_lease_claim',
-          'idempotency_lease_complete',
-        ]);
+        expect(await leaseStatements()).toEqual(['idempotency_lease_claim', 'idempotency_lease_complete']);
 
         // A duplicate is the first to find the statements gone: still replayed, not a 503.
         await dataSource.query('DEALLOCATE ALL');
@@ -374,41 +368,48 @@ describe.each(ADAPTERS)('one-round-trip transaction claim (%s)', (adapter) => {
       });
     });
 
-    it('answers 503 after three connections in a row had forgotten the statement, and warns once', async () => {
+    it('never answers 503 for forgotten statements, and stops preparing after three misses (auto)', async () => {
       await withApp({ poolSize: 3 }, async (running) => {
         const logs = new LogCapture();
         running.app.useLogger(logs);
-        // Three connections on which pg has prepared the lease claim and Postgres has forgotten it.
+        // Three connections on which pg has prepared the lease claim and Postgres has forgotten
+        // it, as a transaction-mode pooler's server connections would look.
         const pool = pgPoolOf(running.app.get(DataSource));
         const clients = await Promise.all([pool.connect(), pool.connect(), pool.connect()]);
         for (const [index, client] of clients.entries()) {
           const warmKey = `evt_warm_${index}_${adapter}`;
           await client.query({
-            name: LEASE_CLAIM.name,
-            text: LEASE_CLAIM.text,
+            name: CLAIM_SQL.leaseClaim.name,
+            text: CLAIM_SQL.leaseClaim.text,
             values: ['Warm.scope', warmKey, 'warm', randomUUID(), 60_000],
           });
           await client.query('DEALLOCATE ALL');
         }
         for (const client of clients) client.release();
 
-        const id = `evt_forgotten_thrice_${adapter}`;
-        const refused = await request(running.url).post('/claims/external').send({ id });
-        expect(refused.status).toBe(503);
-        expect(refused.headers['retry-after']).toBeDefined();
-        expect(handled(running, 'external', id)).toBe(0);
-        expect(await claims(id)).toBe(0);
-        expect(await orders(id)).toBe(0);
-        // The three were dropped; the warning is not repeated for each.
-        expect(pool.totalCount).toBe(0);
-        expect(
-          logs.find('warn', 'had forgotten the prepared statement idempotency_lease_claim'),
-        ).toHaveLength(1);
+        // Each delivery's claim misses on one of them (it did not run) and goes again unprepared.
+        const ids = [1, 2, 3].map((n) => `evt_forgotten_${n}_${adapter}`);
+        for (const id of ids) {
+          const answer = await request(running.url).post('/claims/external').send({ id });
+          expect(answer.status).toBe(200);
+          expect(handled(running, 'external', id)).toBe(1);
+          expect(await orders(id)).toBe(1);
+        }
+        expect(logs.find('warn', 'Prepared statements turned off: 3 statements')).toHaveLength(1);
 
-        // The sender's retry gets a fresh connection.
-        await deliverTwice(running, '/claims/external', id);
-        expect(handled(running, 'external', id)).toBe(1);
-        expect(await orders(id)).toBe(1);
+        // From then on nothing is prepared: every statement of the next event goes unnamed.
+        const names: unknown[] = [];
+        const target = pool as unknown as { query: (...args: unknown[]) => unknown };
+        const query = target.query.bind(pool);
+        target.query = (config: unknown, ...rest: unknown[]) => {
+          names.push((config as { name?: string })?.name);
+          return query(config, ...rest);
+        };
+        await deliverTwice(running, '/claims/external', `evt_after_off_${adapter}`);
+        target.query = query;
+        expect(names.length).toBeGreaterThanOrEqual(3);
+        expect(names.filter((name) => name !== undefined)).toEqual([]);
+        expect(logs.find('warn', 'Prepared statements turned off')).toHaveLength(1);
       });
     });
 
@@ -561,8 +562,13 @@ describe.each(ADAPTERS)('one-round-trip transaction claim (%s)', (adapter) => {
   // nested statement fails in Postgres' above.
   describe.each<[string, string, IdempotencyModuleOptions, string[]]>([
     ['default options', 'default', {}, ['BEGIN; PREPARE; EXECUTE', 'COMMIT', 'BEGIN; EXECUTE', 'COMMIT']],
-    // TypeORM's startTransaction() sends START TRANSACTION, which transactionControl() leaves out.
-    ['preparedStatements: false', 'unprepared', { preparedStatements: false }, ['COMMIT', 'COMMIT']],
+    // Unprepared, BEGIN and the claim still travel together, the claim's values inlined.
+    [
+      'preparedStatements: false',
+      'unprepared',
+      { preparedStatements: false },
+      ['BEGIN', 'COMMIT', 'BEGIN', 'COMMIT'],
+    ],
   ])(
     'a handler that catches a failed statement outside a savepoint and returns (%s)',
     (_label, tag, idempotency, control) => {
@@ -622,7 +628,8 @@ describe.each(ADAPTERS)('one-round-trip transaction claim (%s)', (adapter) => {
     },
   );
 
-  // preparedStatements: false goes through TypeORM's own startTransaction(): the control.
+  // Both begin the transaction on the connection and adopt it into TypeORM, which must still
+  // broadcast every start, commit and rollback to subscribers.
   describe.each([true, false])('TypeORM subscribers (preparedStatements: %s)', (preparedStatements) => {
     let running: RunningApp;
     let counter: TransactionEventCounter;

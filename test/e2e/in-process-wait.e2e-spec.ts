@@ -1,7 +1,7 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
 import request from 'supertest';
 import { IdempotencyMetrics } from '../../lib/index.js';
-import { TRANSACTION_CLAIM } from '../../lib/postgres/claim.sql.js';
+import { CLAIM_SQL } from '../support/claim-sql.js';
 import { InProcessWaitController, keyArrivals } from '../fixtures/in-process-wait.fixture.js';
 import { Gates, WebhookFixtureModule } from '../fixtures/webhook-fixture.module.js';
 import { ADAPTERS, startApp, type RunningApp } from '../support/app.js';
@@ -63,7 +63,7 @@ describe.each(ADAPTERS)('duplicates waiting in memory (%s)', (adapter) => {
     proxy.statements.filter(
       (statement) =>
         statement.kind === 'query' &&
-        statement.text.includes(`EXECUTE ${TRANSACTION_CLAIM.name}`) &&
+        statement.text.includes(`EXECUTE ${CLAIM_SQL.transactionClaim.name}`) &&
         statement.text.includes(`'${id}'`),
     ).length;
   const orders = (id: string) => db.count('SELECT count(*) FROM orders WHERE event_id = $1', [id]);

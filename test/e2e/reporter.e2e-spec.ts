@@ -2,7 +2,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/glob
 import { SchedulerRegistry } from '@nestjs/schedule';
 import request from 'supertest';
 import { DataSource } from 'typeorm';
-import { RETENTION_BATCH } from '../../lib/postgres/maintenance.sql.js';
+import { MAINTENANCE_SQL } from '../support/claim-sql.js';
 import { REPORTER_JOB_NAME, REPORTER_SCOPE } from '../../lib/idempotency.constants.js';
 import {
   ExpiredLeaseReporter,
@@ -34,6 +34,8 @@ interface SeededClaim {
   leaseFromNow?: string;
   /** Postgres interval subtracted from now() for completed_at, e.g. '40 days'. */
   completedAgo?: string;
+  /** Postgres interval subtracted from now() for claimed_at. @default '1 hour' */
+  claimedAgo?: string;
   lastError?: string;
 }
 
@@ -42,7 +44,7 @@ async function seed(db: TestDatabase, claims: SeededClaim[]): Promise<void> {
     await db.pool.query(
       `INSERT INTO processed_events
          (scope, event_key, source, status, attempts, lease_token, claimed_at, lease_expires_at, completed_at, last_error)
-       VALUES ($1, $2, 'seed', $3, $4, gen_random_uuid(), now() - interval '60 days',
+       VALUES ($1, $2, 'seed', $3, $4, gen_random_uuid(), now() - $8::interval,
                now() + $5::interval, now() - $6::interval, $7)`,
       [
         claim.scope,
@@ -52,6 +54,7 @@ async function seed(db: TestDatabase, claims: SeededClaim[]): Promise<void> {
         claim.leaseFromNow ?? null,
         claim.completedAgo ?? null,
         claim.lastError ?? null,
+        claim.claimedAgo ?? '1 hour',
       ],
     );
   }
@@ -279,7 +282,7 @@ describe.each(ADAPTERS)('expired-lease reporter (%s)', (adapter: AdapterName) =>
     await seed(db, [
       ...old.map((key) => ({ scope, key, status: 'done' as const, completedAgo: '2 days' })),
       { scope, key: 'recent', status: 'done', completedAgo: '1 hour' },
-      // Old but never finished: kept whatever their timestamps say.
+      // Never finished, but claimed within retentionDays: kept whatever their other timestamps say.
       { scope, key: 'stuck', status: 'in_progress', leaseFromNow: '-2 days', completedAgo: '2 days' },
       { scope, key: 'failed', status: 'failed', completedAgo: '2 days', lastError: 'boom' },
     ]);
@@ -294,7 +297,7 @@ describe.each(ADAPTERS)('expired-lease reporter (%s)', (adapter: AdapterName) =>
       const query = runner.query.bind(runner);
       runner.query = (async (sql: string, parameters?: unknown[], structured?: boolean) => {
         const result = await query(sql, parameters, structured as true);
-        if (sql === RETENTION_BATCH) batches.push(result.affected ?? 0);
+        if (sql === MAINTENANCE_SQL.retentionBatch) batches.push(result.affected ?? 0);
         return result;
       }) as typeof runner.query;
       return runner;
@@ -312,5 +315,55 @@ describe.each(ADAPTERS)('expired-lease reporter (%s)', (adapter: AdapterName) =>
       { event_key: 'recent', status: 'done' },
       { event_key: 'stuck', status: 'in_progress' },
     ]);
+  });
+
+  it('removes claims that never finished once last claimed more than retentionDays ago, and says which', async () => {
+    const scope = `Seed.abandoned.${adapter}`;
+    await seed(db, [
+      { scope, key: 'dead_lease', status: 'in_progress', leaseFromNow: '-3 days', claimedAgo: '3 days' },
+      { scope, key: 'gave_up', status: 'failed', attempts: 7, claimedAgo: '3 days', lastError: 'boom' },
+      // Claimed long ago, but its lease is still live: a worker is on it.
+      { scope, key: 'long_lease', status: 'in_progress', leaseFromNow: '1 hour', claimedAgo: '3 days' },
+      { scope, key: 'failed_lately', status: 'failed', claimedAgo: '1 hour', lastError: 'boom' },
+      { scope, key: 'done_lately', status: 'done', completedAgo: '1 hour' },
+    ]);
+    const running = await start({ reporter: false, retentionDays: 1, retentionBatchSize: 1 });
+
+    const result = await runAlone(running);
+    expect(
+      result.abandoned.filter((claim) => claim.scope === scope).sort((a, b) => a.key.localeCompare(b.key)),
+    ).toEqual([
+      { scope, key: 'dead_lease', status: 'in_progress', attempts: 1 },
+      { scope, key: 'gave_up', status: 'failed', attempts: 7 },
+    ]);
+    expect(logs.find('warn', 'retention removed', `key dead_lease`, 'a dead lease')).toHaveLength(1);
+    expect(logs.find('warn', 'retention removed', `key gave_up`, 'failed after 7 attempts')).toHaveLength(1);
+    const { rows } = await db.pool.query(
+      'SELECT event_key FROM processed_events WHERE scope = $1 ORDER BY event_key',
+      [scope],
+    );
+    expect(rows.map((row) => row.event_key)).toEqual(['done_lately', 'failed_lately', 'long_lease']);
+  });
+
+  it('reports transaction-mode events that keep failing as poison, counted outside their rolled-back transaction', async () => {
+    const running = await start({ reporter: false, maxAttempts: 3 });
+    const id = `evt_tx_poison_${adapter}`;
+    for (let attempt = 1; attempt <= 3; attempt++) {
+      const answer = await request(running.url).post('/orders').send({ id, fail: true });
+      expect(answer.status).toBe(500);
+    }
+    const result = await runAlone(running);
+    expect(result.poison.filter((event) => event.key === id)).toEqual([
+      {
+        scope: 'FixtureController.order',
+        key: id,
+        source: 'fixture',
+        status: 'failed',
+        attempts: 3,
+        lastError: 'handler failed on purpose',
+      },
+    ]);
+    expect(logs.find('error', 'poison event', `key ${id}`, 'after 3 attempts')).toHaveLength(1);
+    expect(await db.count('SELECT count(*) FROM orders WHERE event_id = $1', [id])).toBe(0);
   });
 });

@@ -20,7 +20,15 @@ describe.each(ADAPTERS)('transaction mode (%s)', (adapter) => {
   });
 
   const orders = (id: string) => db.count('SELECT count(*) FROM orders WHERE event_id = $1', [id]);
-  const claims = (id: string) => db.count('SELECT count(*) FROM processed_events WHERE event_key = $1', [id]);
+  // Claims that committed: a handler's failure leaves a failed record, which claims nothing.
+  const claims = (id: string) =>
+    db.count(`SELECT count(*) FROM processed_events WHERE event_key = $1 AND status = 'done'`, [id]);
+  const claimRows = async (id: string) =>
+    (
+      await db.pool.query('SELECT status, attempts, last_error FROM processed_events WHERE event_key = $1', [
+        id,
+      ])
+    ).rows;
 
   it('processes a delivery once and replays the duplicate without calling the handler', async () => {
     const first = await request(running.url).post('/orders').send({ id: 'evt_seq_1', amount: 42 });
@@ -61,12 +69,31 @@ describe.each(ADAPTERS)('transaction mode (%s)', (adapter) => {
     expect(failed.status).toBe(500);
     expect(await orders('evt_fail')).toBe(0);
     expect(await claims('evt_fail')).toBe(0);
+    // The failure is recorded outside the rolled-back transaction, for the poison report.
+    expect(await claimRows('evt_fail')).toEqual([
+      { status: 'failed', attempts: 1, last_error: 'handler failed on purpose' },
+    ]);
 
     const retried = await request(running.url).post('/orders').send({ id: 'evt_fail' });
     expect(retried.status).toBe(200);
     expect(retried.headers['idempotent-replayed']).toBeUndefined();
     expect(await orders('evt_fail')).toBe(1);
-    expect(await claims('evt_fail')).toBe(1);
+    expect(await claimRows('evt_fail')).toEqual([{ status: 'done', attempts: 2, last_error: null }]);
+
+    const replayed = await request(running.url).post('/orders').send({ id: 'evt_fail' });
+    expect(replayed.headers['idempotent-replayed']).toBe('true');
+    expect(await orders('evt_fail')).toBe(1);
+  });
+
+  it('counts every failed delivery of an event that always fails, and its redeliveries keep running', async () => {
+    for (let attempt = 1; attempt <= 3; attempt++) {
+      const answer = await request(running.url).post('/orders').send({ id: 'evt_poison', fail: true });
+      expect(answer.status).toBe(500);
+      expect(await claimRows('evt_poison')).toEqual([
+        { status: 'failed', attempts: attempt, last_error: 'handler failed on purpose' },
+      ]);
+    }
+    expect(await orders('evt_poison')).toBe(0);
   });
 
   it('gives services the transaction through IdempotencyContext', async () => {

@@ -1,11 +1,11 @@
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { DataSource } from 'typeorm';
-import { CreateProcessedEvents1764547200000 } from '../../lib/index.js';
+import { IDEMPOTENCY_MIGRATIONS } from '../../lib/index.js';
 
 /**
  * Creates a database named `<prefix>_<random>` on the server at `adminUrl`, runs the library's
- * migration in it (as a user's app would), then `schema` if given. Done once per database, before
+ * migrations in it (as a user's app would), then `schema` if given. Done once per database, before
  * any app starts: creating the schema from several workers at once races.
  */
 export async function createMigratedDatabase(
@@ -27,7 +27,7 @@ export async function createMigratedDatabase(
   const dataSource = new DataSource({
     type: 'postgres',
     url: url.toString(),
-    migrations: [CreateProcessedEvents1764547200000],
+    migrations: IDEMPOTENCY_MIGRATIONS,
   });
   await dataSource.initialize();
   try {

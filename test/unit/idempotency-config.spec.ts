@@ -8,7 +8,8 @@ describe('resolveIdempotencyConfig', () => {
       ...DEFAULTS,
       reporter: true,
       prometheus: true,
-      preparedStatements: true,
+      preparedStatements: 'auto',
+      table: 'processed_events',
     });
     expect(resolveIdempotencyConfig({})).toEqual(resolveIdempotencyConfig());
   });

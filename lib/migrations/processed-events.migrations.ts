@@ -1,0 +1,72 @@
+import type { MigrationInterface, QueryRunner } from 'typeorm';
+import { claimTable, DEFAULT_TABLE, type ClaimTable } from '../postgres/claim-table.js';
+import {
+  createClaimTableSql,
+  createUnfinishedIndexSql,
+  dropClaimTableSql,
+  dropUnfinishedIndexSql,
+} from '../postgres/schema.sql.js';
+import { CreateProcessedEvents1764547200000 } from './1764547200000-create-processed-events.migration.js';
+import { AddUnfinishedClaimsIndex1764892800000 } from './1764892800000-add-unfinished-claims-index.migration.js';
+
+/** A migration class, as TypeORM's `migrations` option takes it. */
+export type MigrationClass = new () => MigrationInterface;
+
+/**
+ * Every migration of the default table, in order: `migrations: [...IDEMPOTENCY_MIGRATIONS, ...yours]`.
+ * A release that changes the table adds one here.
+ */
+export const IDEMPOTENCY_MIGRATIONS: MigrationClass[] = [
+  CreateProcessedEvents1764547200000,
+  AddUnfinishedClaimsIndex1764892800000,
+];
+
+/**
+ * The migrations for a claims table of your own (the module's `schema` and `table` options): the
+ * same steps as IDEMPOTENCY_MIGRATIONS, named after the table so TypeORM records them apart.
+ * With no options, IDEMPOTENCY_MIGRATIONS itself.
+ */
+export function processedEventsMigrations(
+  options: { schema?: string; table?: string } = {},
+): MigrationClass[] {
+  if (options.schema === undefined && (options.table ?? DEFAULT_TABLE) === DEFAULT_TABLE)
+    return IDEMPOTENCY_MIGRATIONS;
+  const table = claimTable(options.schema, options.table);
+  const tag = pascal(`${table.schema ?? ''} ${table.name}`);
+  return [
+    migration(`CreateProcessedEvents${tag}1764547200000`, table, createClaimTableSql, dropClaimTableSql),
+    migration(
+      `AddUnfinishedClaimsIndex${tag}1764892800000`,
+      table,
+      createUnfinishedIndexSql,
+      dropUnfinishedIndexSql,
+    ),
+  ];
+}
+
+function migration(
+  name: string,
+  table: ClaimTable,
+  up: (table: ClaimTable) => string[],
+  down: (table: ClaimTable) => string[],
+): MigrationClass {
+  // TypeORM reads the timestamp from the name's last 13 digits and records the name.
+  return class implements MigrationInterface {
+    name = name;
+    async up(queryRunner: QueryRunner): Promise<void> {
+      for (const sql of up(table)) await queryRunner.query(sql);
+    }
+    async down(queryRunner: QueryRunner): Promise<void> {
+      for (const sql of down(table)) await queryRunner.query(sql);
+    }
+  };
+}
+
+/** `billing webhook_claims` → `BillingWebhookClaims`. */
+function pascal(words: string): string {
+  return words
+    .split(/[^A-Za-z0-9]+/)
+    .filter(Boolean)
+    .map((word) => word[0].toUpperCase() + word.slice(1))
+    .join('');
+}

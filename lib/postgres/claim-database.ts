@@ -1,0 +1,91 @@
+import { Inject, Injectable, Logger } from '@nestjs/common';
+import type { DataSource } from 'typeorm';
+import { IDEMPOTENCY_CONFIG, IDEMPOTENCY_DATA_SOURCE } from '../idempotency.constants.js';
+import { claimTableMismatch, claimTableMissing, unfinishedIndexMissing } from '../idempotency.messages.js';
+import type { IdempotencyConfig } from '../interfaces/index.js';
+import { claimTable, type ClaimTable } from './claim-table.js';
+import { claimStatements, type ClaimStatements } from './claim.sql.js';
+import { maintenanceStatements, type MaintenanceStatements } from './maintenance.sql.js';
+import { PreparedStatements } from './prepared-statements.js';
+import { StatementExecutor } from './statement-executor.js';
+
+/** The columns every statement relies on, with the type each must have. */
+const EXPECTED_COLUMNS: Record<string, string> = {
+  scope: 'character varying',
+  event_key: 'text',
+  source: 'character varying',
+  status: 'character varying',
+  attempts: 'integer',
+  lease_token: 'uuid',
+  claimed_at: 'timestamp with time zone',
+  lease_expires_at: 'timestamp with time zone',
+  completed_at: 'timestamp with time zone',
+  last_error: 'text',
+};
+
+/**
+ * The claims table as this module sees it: its name (the `schema` and `table` options, the
+ * DataSource's `schema` by default), its statements, whether they are prepared, and the executor
+ * that sends them. One per module, shared by the strategies and the reporter.
+ */
+@Injectable()
+export class ClaimDatabase {
+  private readonly logger = new Logger('IdempotencyModule');
+  readonly table: ClaimTable;
+  readonly statements: ClaimStatements;
+  readonly maintenance: MaintenanceStatements;
+  readonly prepared: PreparedStatements;
+  readonly executor: StatementExecutor;
+
+  constructor(
+    @Inject(IDEMPOTENCY_DATA_SOURCE) readonly dataSource: DataSource,
+    @Inject(IDEMPOTENCY_CONFIG) config: IdempotencyConfig,
+  ) {
+    const schema = config.schema ?? (dataSource.options as { schema?: string }).schema;
+    this.table = claimTable(schema, config.table);
+    this.statements = claimStatements(this.table);
+    this.maintenance = maintenanceStatements(this.table);
+    this.prepared = new PreparedStatements(config.preparedStatements, this.logger);
+    this.executor = new StatementExecutor(dataSource, this.prepared);
+  }
+
+  /**
+   * Fails the boot when the table is missing or lacks what the statements need (a migration not
+   * run, a `schema` pointing elsewhere), naming the table and the migration, instead of answering
+   * every delivery 503 as if the database were down: a sender would retry forever.
+   */
+  async checkTable(): Promise<void> {
+    const [found] = await this.dataSource.query(`SELECT to_regclass($1)::text AS name`, [
+      this.table.regclass,
+    ]);
+    if (!found?.name) throw new Error(claimTableMissing(this.table.sql));
+    const columns: { name: string; type: string }[] = await this.dataSource.query(
+      `SELECT attname AS name, format_type(atttypid, NULL) AS type FROM pg_attribute
+       WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped`,
+      [this.table.regclass],
+    );
+    const types = new Map(columns.map((column) => [column.name, column.type]));
+    const wrong = Object.entries(EXPECTED_COLUMNS)
+      .filter(([name, type]) => types.get(name) !== type)
+      .map(
+        ([name, type]) => `${name} ${types.has(name) ? `is ${types.get(name)}, not ${type}` : 'is missing'}`,
+      );
+    const [key] = await this.dataSource.query(
+      `SELECT array_agg(a.attname::text ORDER BY a.attname) AS columns FROM pg_index i
+       JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey)
+       WHERE i.indrelid = to_regclass($1) AND i.indisprimary`,
+      [this.table.regclass],
+    );
+    const primary = (key?.columns as string[] | null) ?? [];
+    if (primary.join(',') !== 'event_key,scope') wrong.push('its primary key is not (scope, event_key)');
+    if (wrong.length > 0) throw new Error(claimTableMismatch(this.table.sql, wrong));
+
+    // Only the reporter's poison query needs this index: warn, the claims work without it.
+    const [index] = await this.dataSource.query(
+      `SELECT 1 FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+       WHERE i.indrelid = to_regclass($1) AND pg_get_expr(i.indpred, i.indrelid) LIKE '%status%<>%done%'`,
+      [this.table.regclass],
+    );
+    if (!index) this.logger.warn(unfinishedIndexMissing(this.table.sql));
+  }
+}
