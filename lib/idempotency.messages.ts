@@ -101,7 +101,13 @@ export const missingKeyFunction = (where: string) =>
   `${where} needs a key function, e.g. { key: (event) => event.id }`;
 
 export const methodNotBound = (scope: string) =>
-  `@Idempotent method ${scope} was called on an instance Nest did not create, or in an app without IdempotencyModule: it has no IdempotencyService to claim with, so it did not run`;
+  `@Idempotent method ${scope} was called on an instance Nest did not create (new, useValue or useFactory): it has no IdempotencyService to claim with, so it did not run`;
+
+export const methodOnFactoryProvider = (where: string, token: string) =>
+  `@Idempotent on ${where}: the provider ${token} is built by useValue or useFactory, so Nest cannot inject the IdempotencyService its calls need; provide the class itself (useClass or the class as provider)`;
+
+export const runNeedsScope = () =>
+  'IdempotencyService.run needs options with a scope, e.g. { scope: "billing", key }';
 
 export const unsupportedContext = (scope: string, type: string) =>
   `@IdempotentWebhook on ${scope} cannot protect a '${type}' execution context; the handler was not run`;

@@ -1,7 +1,7 @@
 import { Inject, Injectable, type OnModuleInit } from '@nestjs/common';
 import { IDEMPOTENCY_CONFIG } from '../idempotency.constants.js';
 import { EventInFlightError } from '../idempotency.errors.js';
-import { duplicateInFlight } from '../idempotency.messages.js';
+import { duplicateInFlight, runNeedsScope } from '../idempotency.messages.js';
 import type { IdempotencyConfig, IdempotentRunOptions, IdempotentRunResult } from '../interfaces/index.js';
 import { ClaimDatabase } from '../postgres/claim-database.js';
 import { assertTypeOrmInternals } from '../postgres/typeorm-internals.js';
@@ -53,9 +53,7 @@ export class IdempotencyService implements OnModuleInit {
     fn: (delivery: IdempotentDelivery) => T | Promise<T>,
   ): Promise<IdempotentRunResult<T>> {
     if (typeof options?.scope !== 'string') {
-      throw new TypeError(
-        'IdempotencyService.run needs options with a scope, e.g. { scope: "billing", key }',
-      );
+      throw new TypeError(runNeedsScope());
     }
     const spec = resolveClaimSpec('IdempotencyService.run', options, options.scope);
     return this.runChecked(spec, checkIdempotencyKey(spec.scope, options.key, this.config.maxKeyLength), fn);

@@ -4,6 +4,7 @@ import type { InstanceWrapper } from '@nestjs/core/injector/instance-wrapper.js'
 import { IDEMPOTENT_METHOD_METADATA, IDEMPOTENT_WEBHOOK_METADATA } from '../idempotency.constants.js';
 import {
   gatewayUnsupported,
+  methodOnFactoryProvider,
   methodOnHandler,
   resolverUnsupported,
   unprotectedHandlers,
@@ -70,6 +71,9 @@ export class IdempotencyExplorer implements OnModuleInit {
           problems.push(webhookOffHandler(where));
         } else if (plain && handler) {
           problems.push(methodOnHandler(where));
+        } else if (plain && !controller && (!wrapper.metatype || wrapper.inject)) {
+          // Property injection only reaches instances Nest constructs from the class.
+          problems.push(methodOnFactoryProvider(where, String(wrapper.name)));
         }
       }
     }

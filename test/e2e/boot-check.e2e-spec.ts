@@ -8,6 +8,7 @@ import { Idempotent, IdempotentWebhook } from '../../lib/index.js';
 import {
   badClaimOption,
   gatewayUnsupported,
+  methodOnFactoryProvider,
   methodOnHandler,
   missingKeyFunction,
   resolverUnsupported,
@@ -105,6 +106,18 @@ describe('boot check', () => {
       '@Idempotent on an @EventPattern handler',
       { controllers: [MethodOnEventPattern] },
       methodOnHandler('MethodOnEventPattern.refund'),
+    ],
+    [
+      '@Idempotent on a provider built by useFactory (Nest cannot inject the service into it)',
+      {
+        providers: [
+          {
+            provide: 'FACTORY_WORKER',
+            useFactory: () => new SupportedWorker(undefined as never),
+          },
+        ],
+      },
+      methodOnFactoryProvider('SupportedWorker.process', 'FACTORY_WORKER'),
     ],
   ])('refuses to start with %s, naming Class.method', async (_what, parts, problem) => {
     const failure = await bootFailure(parts);

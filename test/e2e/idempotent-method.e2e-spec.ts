@@ -31,7 +31,7 @@ import { LogCapture } from '../support/log-capture.js';
 import { waitUntil } from '../support/wait-until.js';
 
 const notBound = (scope: string) =>
-  `@Idempotent method ${scope} was called on an instance Nest did not create, or in an app without IdempotencyModule: it has no IdempotencyService to claim with, so it did not run`;
+  `@Idempotent method ${scope} was called on an instance Nest did not create (new, useValue or useFactory): it has no IdempotencyService to claim with, so it did not run`;
 
 const startApp = async (
   db: TestDatabase,

@@ -92,7 +92,7 @@ describe.each(ADAPTERS)('preparedStatements (%s)', (adapter) => {
   });
 
   // One pooled connection, so the statements it has prepared are the ones the claims sent.
-  it.each([
+  it.each<[boolean | 'auto', string[]]>([
     [true, ['idempotency_lease_claim', 'idempotency_lease_complete', 'idempotency_transaction_claim']],
     ['auto', ['idempotency_lease_claim', 'idempotency_lease_complete', 'idempotency_transaction_claim']],
     [false, []],

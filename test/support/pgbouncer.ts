@@ -1,4 +1,5 @@
 import { spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
 import { chmod, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -61,7 +62,10 @@ export async function startPgBouncer(serverUrl: string, options: PgBouncerOption
     ].join('\n'),
   );
   const asRoot = process.getuid?.() === 0;
-  const child = spawn('pgbouncer', [...(asRoot ? ['-u', 'postgres'] : []), config], {
+  // Debian installs it in /usr/sbin, which a normal user's PATH often lacks.
+  const binary =
+    process.env.PGBOUNCER_BIN ?? (existsSync('/usr/sbin/pgbouncer') ? '/usr/sbin/pgbouncer' : 'pgbouncer');
+  const child = spawn(binary, [...(asRoot ? ['-u', 'postgres'] : []), config], {
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let output = '';
