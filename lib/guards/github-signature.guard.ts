@@ -1,8 +1,7 @@
 import { Injectable } from '@nestjs/common';
-import { headerMalformed, signatureMismatch } from '../idempotency.messages.js';
+import { headerMalformed } from '../idempotency.messages.js';
 import type { SignedRequest } from './raw-body.js';
-import { digestsEqual, hmacSha256 } from './signature-crypto.js';
-import { requireHeader, WebhookSignatureError } from './webhook-signature.error.js';
+import { requireBodyHmac, requireHeader, WebhookSignatureError } from './webhook-signature.error.js';
 import { WebhookSignatureGuard } from './webhook-signature.guard.js';
 
 /** GitHub's signature header, as its documentation spells it. */
@@ -26,13 +25,7 @@ export function verifyGithubSignature(rawBody: Buffer, header: unknown, secrets:
     );
   }
   const received = Buffer.from(match[1], 'hex');
-  if (!secrets.some((secret) => digestsEqual(hmacSha256(secret, rawBody), received))) {
-    throw new WebhookSignatureError(
-      'mismatch',
-      GITHUB_SIGNATURE_HEADER,
-      signatureMismatch(GITHUB_SIGNATURE_HEADER, 'the raw request body'),
-    );
-  }
+  requireBodyHmac(GITHUB_SIGNATURE_HEADER, rawBody, secrets, received);
 }
 
 /**

@@ -1,4 +1,5 @@
-import { headerEmpty, headerMissing, headerRepeated } from '../idempotency.messages.js';
+import { digestsEqual, hmacSha256 } from './signature-crypto.js';
+import { headerEmpty, headerMissing, headerRepeated, signatureMismatch } from '../idempotency.messages.js';
 
 /**
  * Why a delivery's signature was refused: `missing` or `malformed` headers are the sender's
@@ -37,4 +38,20 @@ export function requireHeader(value: unknown, header: string): string {
   if (typeof value !== 'string') throw new WebhookSignatureError('malformed', header, headerMissing(header));
   if (value.length === 0) throw new WebhookSignatureError('missing', header, headerEmpty(header));
   return value;
+}
+
+/**
+ * Throws a mismatch naming `header` unless `received` is the HMAC-SHA256 of the raw body under one
+ * of `secrets` (several during a rotation), compared in constant time: the check GitHub's and
+ * Shopify's signatures share, which differ only in how the header encodes the digest.
+ */
+export function requireBodyHmac(
+  header: string,
+  rawBody: Buffer,
+  secrets: readonly string[],
+  received: Buffer,
+): void {
+  if (!secrets.some((secret) => digestsEqual(hmacSha256(secret, rawBody), received))) {
+    throw new WebhookSignatureError('mismatch', header, signatureMismatch(header, 'the raw request body'));
+  }
 }

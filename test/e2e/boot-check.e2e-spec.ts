@@ -31,6 +31,7 @@ import {
   type BootCheckParts,
   type BootEvent,
 } from '../fixtures/boot-check.fixture.js';
+import { bootFailure as initFailure } from '../support/boot-failure.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import { freePort } from '../support/postgres-server.js';
 import { waitUntil } from '../support/wait-until.js';
@@ -62,18 +63,7 @@ describe('boot check', () => {
 
   /** The error app.init() rejects with; the app is closed either way. */
   async function bootFailure(parts: BootCheckParts): Promise<Error> {
-    const app = await createApp(parts);
-    let failure: unknown;
-    try {
-      await app.init();
-    } catch (error) {
-      failure = error;
-    } finally {
-      await app.close();
-    }
-    if (!(failure instanceof Error))
-      throw new Error('the app booted, but the boot check should have refused it');
-    return failure;
+    return initFailure(await createApp(parts));
   }
 
   it.each([

@@ -5,6 +5,7 @@ import { DataSource } from 'typeorm';
 import { processedEventsMigrations } from '../../lib/index.js';
 import { ClaimTableAppModule, type ClaimTableSettings } from '../fixtures/claim-table.fixture.js';
 import { ADAPTERS, startApp } from '../support/app.js';
+import { bootFailure } from '../support/boot-failure.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import { LogCapture } from '../support/log-capture.js';
 
@@ -23,22 +24,13 @@ async function migrate(url: string, options: { schema?: string; table?: string }
   }
 }
 
-/** Boots the app and returns the error it fails with, if it does. */
-async function bootError(settings: ClaimTableSettings): Promise<Error | undefined> {
-  try {
-    const app = await NestFactory.create(ClaimTableAppModule.with(settings), {
-      logger: false,
-      abortOnError: false,
-    });
-    try {
-      await app.init();
-    } finally {
-      await app.close();
-    }
-    return undefined;
-  } catch (error) {
-    return error as Error;
-  }
+/** The error the app fails to boot with. */
+async function bootError(settings: ClaimTableSettings): Promise<Error> {
+  const app = await NestFactory.create(ClaimTableAppModule.with(settings), {
+    logger: false,
+    abortOnError: false,
+  });
+  return bootFailure(app);
 }
 
 describe('the claims table is checked at start-up', () => {
@@ -54,7 +46,7 @@ describe('the claims table is checked at start-up', () => {
 
   it('fails the boot, naming the table and the migrations, when the table does not exist', async () => {
     const error = await bootError({ databaseUrl: db.url, idempotency: { table: 'not_migrated' } });
-    expect(error?.message).toBe(
+    expect(error.message).toBe(
       'IdempotencyModule cannot start: the claims table "not_migrated" does not exist. Run the library\'s migrations (migrations: [...IDEMPOTENCY_MIGRATIONS], or processedEventsMigrations({ schema, table }) for a table of your own), or check the schema and table options',
     );
   });
@@ -62,7 +54,7 @@ describe('the claims table is checked at start-up', () => {
   it('fails the boot when the DataSource schema points where the migrations did not run', async () => {
     await db.pool.query('CREATE SCHEMA IF NOT EXISTS empty_schema');
     const error = await bootError({ databaseUrl: db.url, dataSourceSchema: 'empty_schema' });
-    expect(error?.message).toContain('the claims table "empty_schema"."processed_events" does not exist');
+    expect(error.message).toContain('the claims table "empty_schema"."processed_events" does not exist');
   });
 
   it("fails the boot naming what is wrong with a table that is not the migrations'", async () => {
@@ -70,7 +62,7 @@ describe('the claims table is checked at start-up', () => {
       `CREATE TABLE lookalike (scope text, event_key text, source text, status text, attempts bigint, claimed_at timestamptz)`,
     );
     const error = await bootError({ databaseUrl: db.url, idempotency: { table: 'lookalike' } });
-    expect(error?.message).toBe(
+    expect(error.message).toBe(
       'IdempotencyModule cannot start: the claims table "lookalike" is not the one its migrations create (scope is text, not character varying; source is text, not character varying; status is text, not character varying; attempts is bigint, not integer; lease_token is missing; lease_expires_at is missing; completed_at is missing; last_error is missing; its primary key is not (scope, event_key)). Run the library\'s migrations, or point the schema and table options at the right table',
     );
   });

@@ -23,6 +23,7 @@ import {
   StandardWebhooksController,
 } from '../fixtures/signature-guards.fixture.js';
 import { ADAPTERS, startApp, type RunningApp } from '../support/app.js';
+import { bootFailure as initFailure } from '../support/boot-failure.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import {
   githubSignature,
@@ -385,18 +386,7 @@ describe.each(ADAPTERS)('signature guards at boot on %s', (adapter) => {
     options: NestApplicationOptions,
     controllers?: Type[],
   ): Promise<Error> {
-    const app = await createApp(signatures, options, controllers);
-    let failure: unknown;
-    try {
-      await app.init();
-    } catch (error) {
-      failure = error;
-    } finally {
-      await app.close();
-    }
-    if (!(failure instanceof Error))
-      throw new Error('the app booted, but the boot check should have refused it');
-    return failure;
+    return initFailure(await createApp(signatures, options, controllers));
   }
 
   it('an app created without rawBody: true does not start, naming every guarded route', async () => {
@@ -422,15 +412,7 @@ describe.each(ADAPTERS)('signature guards at boot on %s', (adapter) => {
       adapter === 'fastify'
         ? await NestFactory.create(module, new FastifyAdapter(), options)
         : await NestFactory.create(module, options);
-    let failure: unknown;
-    try {
-      await app.init();
-    } catch (error) {
-      failure = error;
-    } finally {
-      await app.close();
-    }
-    expect((failure as Error | undefined)?.message).toBe(
+    expect((await initFailure(app)).message).toBe(
       signatureGuardsRefused([rawBodyNotEnabled('GithubWebhookController.handle', 'GithubSignatureGuard')]),
     );
   });
