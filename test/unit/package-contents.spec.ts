@@ -18,6 +18,10 @@ describe('published package', () => {
     expect(files).toContain(manifest.types.replace('./', ''));
   });
 
+  it('contains the command that bin names', () => {
+    expect(files).toContain(manifest.bin['nest-idempotent-webhooks'].replace('./', ''));
+  });
+
   it('contains no tests, fixtures, sample or bench code', () => {
     expect(files.filter((file) => /(^|\/)(test|sample|bench)\//.test(file) || /spec\./.test(file))).toEqual(
       [],
