@@ -52,7 +52,7 @@ describe('fault: pg_terminate_backend storms on the app’s sessions', () => {
         everyMs: 5,
         perRound: 1,
         maxRounds: 2_000,
-        maxMs: 30_000,
+        maxMs: 60_000,
       });
       const sender = startSender({
         targets: () => [running.url],
@@ -61,7 +61,7 @@ describe('fault: pg_terminate_backend storms on the app’s sessions', () => {
         idPrefix: `storm_${mode}`,
         eventsPerSecond: 80,
         concurrency: 8,
-        deadlineMs: 40_000,
+        deadlineMs: 60_000,
       });
       const sent = await sender.result;
       const stormed = await storm.stop();
@@ -77,6 +77,6 @@ describe('fault: pg_terminate_backend storms on the app’s sessions', () => {
       expectExactlyOnce(report);
       expect(stormed.terminated).toBeGreaterThanOrEqual(MIN_TERMINATED);
     },
-    60_000,
+    90_000,
   );
 });

@@ -105,7 +105,7 @@ describe('fault: connections cut right after COMMIT and after a lease completion
         idPrefix: `cut_${mode}`,
         eventsPerSecond: 75,
         concurrency: 8,
-        deadlineMs: 40_000,
+        deadlineMs: 60_000,
       });
       const sent = await sender.result;
       const made = cuts.stop();
@@ -121,7 +121,7 @@ describe('fault: connections cut right after COMMIT and after a lease completion
       expectExactlyOnce(report);
       expect(made).toBeGreaterThanOrEqual(MIN_CUTS);
     },
-    60_000,
+    90_000,
   );
 
   it('sends a completion again until it lands, however many of its sends are cut, while the lease lasts', async () => {

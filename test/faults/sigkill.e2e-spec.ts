@@ -116,6 +116,6 @@ describe('fault: app processes SIGKILLed at random under a retrying sender', () 
         sends.filter((send) => send.status === 200 && send.at > killTimes.at(-1)!).length,
       ).toBeGreaterThan(0);
     },
-    90_000,
+    120_000,
   );
 });
