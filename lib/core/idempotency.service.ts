@@ -4,7 +4,7 @@ import { EventInFlightError } from '../idempotency.errors.js';
 import { duplicateInFlight, runNeedsScope } from '../idempotency.messages.js';
 import type { IdempotencyConfig, IdempotentRunOptions, IdempotentRunResult } from '../interfaces/index.js';
 import { ClaimDatabase } from '../postgres/claim-database.js';
-import { assertTypeOrmInternals } from '../postgres/typeorm-internals.js';
+import { assertTypeOrmInternals, listenForEarlyErrors } from '../postgres/typeorm-internals.js';
 import { CLAIM_STRATEGY_REGISTRY } from '../strategies/claim-strategies.js';
 import type { ClaimResult } from './claim-result.js';
 import { resolveClaimSpec } from './claim-options.js';
@@ -33,10 +33,12 @@ export class IdempotencyService implements OnModuleInit {
 
   /**
    * Fails the boot, rather than every delivery, when TypeORM moved what the claim path relies on
-   * or the claims table is missing or not the migration's.
+   * or the claims table is missing or not the migration's; keeps a session terminated as it
+   * starts from ending the process (listenForEarlyErrors).
    */
   async onModuleInit(): Promise<void> {
     assertTypeOrmInternals(this.database.dataSource);
+    listenForEarlyErrors(this.database.dataSource);
     await this.database.checkTable();
   }
 

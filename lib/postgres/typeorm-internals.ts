@@ -25,6 +25,30 @@ export function pgPoolOf(dataSource: DataSource): Pool {
   return pool as Pool;
 }
 
+/** Pools already guarded by listenForEarlyErrors (several modules may share one DataSource). */
+const guardedPools = new WeakSet<Pool>();
+
+/**
+ * Gives every new pg client of the DataSource's pool an 'error' listener of its own, for as long
+ * as it lives. pg-pool takes its idle listener off a client as it hands it out, and TypeORM's
+ * QueryRunner puts its own on only in a promise callback. A new client is handed out while pg
+ * parses the server's ReadyForQuery, so when the session's FATAL arrives in the same read (a
+ * backend terminated, or a server shutting down, as the session starts) pg emits 'error' with
+ * no listener, and Node ends the process. With this listener the error is kept as pg keeps any
+ * other: the client is marked unusable and its next query fails, as a lost connection.
+ */
+export function listenForEarlyErrors(dataSource: DataSource): void {
+  const pool = pgPoolOf(dataSource);
+  if (guardedPools.has(pool)) return;
+  guardedPools.add(pool);
+  pool.on('connect', (client) => {
+    client.on('error', ignoreError);
+  });
+}
+
+/** The early-error listener: pg has already recorded the error on the client. */
+function ignoreError(): void {}
+
 /** Connects the runner and returns its own pg client (PostgresQueryRunner.connect() resolves to it). */
 export async function connectRunner(runner: QueryRunner): Promise<PoolClient> {
   return (await runner.connect()) as PoolClient;

@@ -25,6 +25,13 @@ import { databaseUnavailableError } from './database-unavailable.js';
 const MAX_CLAIM_ROUNDS = 3;
 
 /**
+ * Pauses between rounds of a completion's resends while the database stays unreachable: doubling
+ * from the first, capped at the last, until the lease this process holds runs out.
+ */
+const COMPLETION_PAUSE_MS = 100;
+const MAX_COMPLETION_PAUSE_MS = 1_000;
+
+/**
  * External mode (seed "fix two"): a three-state claim for work that leaves the database. A live
  * lease held elsewhere is answered in flight (never success for unfinished work); an expired
  * lease or a failed attempt is re-claimed under a new fencing token, and only the current token
@@ -46,12 +53,21 @@ export class LeaseStrategy implements ClaimStrategy {
     work: (handle: ClaimHandle) => Promise<T>,
   ): Promise<ClaimResult<T>> {
     const leaseMs = spec.leaseMs ?? this.config.leaseMs;
+    // When the lease ends at the latest, by this process's clock: the database's expiry is its
+    // now() at the claim (or renewal) plus the lease, which comes after the send began.
+    const claimSent = performance.now();
     const claim = await this.claim(spec, key, leaseMs);
     if (claim.kind !== 'claimed') return claim;
 
     const { token, attempt } = claim;
+    let leaseEnds = claimSent + leaseMs;
     this.metrics.count(attempt === 1 ? 'claimed' : 'reclaimed', spec.scope, key);
-    const extendLease = (ms = leaseMs) => this.extend(spec, key, token, ms);
+    const extendLease = async (ms = leaseMs) => {
+      const sent = performance.now();
+      const held = await this.extend(spec, key, token, ms);
+      if (held) leaseEnds = Math.max(leaseEnds, sent + ms);
+      return held;
+    };
     const heartbeat = spec.heartbeat ? this.startHeartbeat(spec, key, extendLease, leaseMs) : undefined;
     let value: T;
     try {
@@ -78,7 +94,7 @@ export class LeaseStrategy implements ClaimStrategy {
       throw error;
     }
     clearInterval(heartbeat);
-    await this.complete(spec, key, token, attempt);
+    await this.complete(spec, key, token, attempt, leaseEnds);
     return { kind: 'processed', value };
   }
 
@@ -110,7 +126,14 @@ export class LeaseStrategy implements ClaimStrategy {
     }
   }
 
-  private async complete(spec: ClaimSpec, key: string, token: string, attempt: number) {
+  /**
+   * Marks the event done. The work has happened: a completion that does not land before the lease
+   * expires lets a redelivery re-claim the event and run it a second time. So while the database
+   * is unreachable (a restart, a failover, a storm of terminated connections) the completion is
+   * sent again, and the answer waits, until it lands or the lease this process holds (`leaseEnds`)
+   * has run out.
+   */
+  private async complete(spec: ClaimSpec, key: string, token: string, attempt: number, leaseEnds: number) {
     try {
       if (
         await this.fenced(
@@ -120,6 +143,7 @@ export class LeaseStrategy implements ClaimStrategy {
           spec,
           token,
           'done',
+          leaseEnds,
         )
       )
         return;
@@ -153,7 +177,9 @@ export class LeaseStrategy implements ClaimStrategy {
    * connection fails, so that a lost connection does not leave a finished event in progress for
    * its whole lease and call the downstream a second time once it expires. True when the row is
    * this token's and reached `status`: the update matched, or a resend matched nothing because an
-   * earlier send had run and only its answer was lost.
+   * earlier send had run and only its answer was lost. With `persistUntil` (a performance.now()
+   * time), rounds of resends go on, paused, until then: fenced by the token, a late send changes
+   * nothing once another worker holds the event.
    */
   private async fenced(
     statement: ClaimStatement,
@@ -162,14 +188,30 @@ export class LeaseStrategy implements ClaimStrategy {
     spec: ClaimSpec,
     token: string,
     status: 'done' | 'failed' | 'in_progress',
+    persistUntil?: number,
   ): Promise<boolean> {
-    const { result, resent } = await this.database.executor.executeResending(statement, parameters);
+    const { result, resent } = await this.sendPersistently(statement, parameters, persistUntil);
     if (result.rowCount === 1) return true;
     if (!resent) return false;
     const [state] = (
-      await this.database.executor.execute(this.database.statements.claimState, [spec.scope, key])
-    ).rows;
+      await this.sendPersistently(this.database.statements.claimState, [spec.scope, key], persistUntil)
+    ).result.rows;
     return state?.lease_token === token && state.status === status;
+  }
+
+  /** executeResending(), in rounds until `until` while the connection keeps failing. */
+  private async sendPersistently(statement: ClaimStatement, parameters: unknown[], until?: number) {
+    for (let round = 0; ; round++) {
+      try {
+        const { result, resent } = await this.database.executor.executeResending(statement, parameters);
+        return { result, resent: resent || round > 0 };
+      } catch (error) {
+        const pause = Math.min(MAX_COMPLETION_PAUSE_MS, COMPLETION_PAUSE_MS * 2 ** round);
+        if (until === undefined || !isConnectionError(error) || performance.now() + pause >= until)
+          throw error;
+        await new Promise((resolve) => setTimeout(resolve, pause));
+      }
+    }
   }
 
   /** A fenced completion or failure matched nothing: the lease was taken over meanwhile. */

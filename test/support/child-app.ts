@@ -19,9 +19,23 @@ export interface ChildApp {
 
 const CHILD_ENTRY = resolve('dist/test/fixtures/fixture-child.js');
 
-/** Starts WebhookFixtureModule in a child process and waits until it listens. */
-export async function startChildApp(adapter: AdapterName, settings: FixtureSettings): Promise<ChildApp> {
-  const child = fork(CHILD_ENTRY, [], {
+/** Options of startChildApp. */
+export interface ChildAppOptions {
+  /**
+   * The compiled entry point to run, for a fixture of its own (it must send `{ ready: url }`
+   * like fixture-child, and takes its settings from FIXTURE_SETTINGS).
+   * @default dist/test/fixtures/fixture-child.js (WebhookFixtureModule)
+   */
+  entry?: string;
+}
+
+/** Starts WebhookFixtureModule (or `options.entry`) in a child process and waits until it listens. */
+export async function startChildApp(
+  adapter: AdapterName,
+  settings: FixtureSettings,
+  options: ChildAppOptions = {},
+): Promise<ChildApp> {
+  const child = fork(options.entry ?? CHILD_ENTRY, [], {
     env: { ...process.env, FIXTURE_SETTINGS: JSON.stringify({ ...settings, adapter }) },
     stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
   });

