@@ -245,3 +245,77 @@ export const abandonedClaimRemoved = (
   `retention removed ${scope} key ${key}: ${status === 'failed' ? 'failed' : 'a dead lease'} after ${attempts} attempts, last claimed more than ${days} days ago; its event will not be retried`;
 
 export const moreAbandonedClaims = (count: number) => `... and ${count} more abandoned claims removed`;
+
+/** `last_error` of a claim an operator released. */
+export const releasedByOperator = () => 'released by an operator; the next delivery claims it again';
+
+export const claimReleased = (scope: string, key: string, attempts: number, leaseWasLive: boolean) =>
+  `released ${scope} key ${key} (attempt ${attempts}): ${
+    leaseWasLive
+      ? 'its lease was still live; if its worker is still running, its completion will be refused (lease_lost) and its side effect may run twice'
+      : 'its lease had expired'
+  }; the next delivery claims it again (attempt ${attempts + 1})`;
+
+export const claimForgotten = (scope: string, key: string, status: string, attempts: number) =>
+  `forgot ${scope} key ${key} (${status} after ${attempts} ${attempts === 1 ? 'attempt' : 'attempts'}); its next delivery runs the handler again (attempt 1)`;
+
+export const claimNotFound = (scope: string, key: string) =>
+  `no claim of ${scope} key ${key} (a transaction-mode delivery still running is not visible until it commits)`;
+
+export const releaseOfDone = (scope: string, key: string) =>
+  `${scope} key ${key} is done: there is no lease to release. To process the event again, forget it (force: true, or claims forget --force)`;
+
+export const releaseOfFailed = (scope: string, key: string) =>
+  `${scope} key ${key} holds no lease: its last attempt failed, and its next delivery claims it already`;
+
+export const forgetOfLiveLease = (scope: string, key: string, leaseLeftMs: number | null) =>
+  `${scope} key ${key} is being processed: its lease has ${
+    leaseLeftMs === null ? 'no expiry' : `${Math.ceil(leaseLeftMs / 1000)} s left`
+  }. If its worker is stuck or dead, release it first`;
+
+export const forgetNeedsForce = (scope: string, key: string, status: string) =>
+  `forgetting ${scope} key ${key} (${status}) makes its next delivery run the handler again: pass force: true (claims forget --force) to confirm`;
+
+export const claimLocked = (scope: string, key: string) =>
+  `${scope} key ${key} is held by a delivery running it in a transaction right now; try again once it finishes`;
+
+export const claimActionRefused = (action: string, message: string) => `${action} refused: ${message}`;
+
+export const badListOption = (option: string, value: unknown, expected: string) =>
+  `IdempotencyClaims.list option ${option} must be ${expected}, got ${typeof value === 'string' ? `'${value}'` : String(value)}`;
+
+export const cliUsage = () => `Usage: nest-idempotent-webhooks claims <command> [options]
+
+Commands:
+  claims list [--status <status>] [--scope <scope>] [--older-than <age>] [--limit <n>] [--json]
+      Claims, most recently claimed first. <status>: in_progress (a live lease), expired (a lease
+      that ran out), failed, poison (not done after --max-attempts attempts), done.
+      <age>: a number and a unit, ms s m h d (10m, 2h). --limit defaults to 100.
+  claims show <scope> <key> [--json]
+      One claim.
+  claims release <scope> <key> [--json]
+      Takes an in-progress lease away from its holder: the next delivery claims it at once.
+  claims forget <scope> <key> --force [--json]
+      Deletes a done, failed or expired claim: the next delivery runs the handler again.
+
+Options of every command:
+  --schema <schema>        the module's schema option (default: the connection's search_path)
+  --table <table>          the module's table option (default: processed_events)
+  --max-attempts <n>       the module's maxAttempts option, for poison (default: 5)
+  --json                   JSON on stdout instead of text
+  -h, --help               this text
+
+Environment: DATABASE_URL, the PostgreSQL connection string of the app's database.
+Exit codes: 0 done, 1 refused (nothing changed, or no such claim), 2 usage error, 3 database error.`;
+
+export const cliUsageError = (detail: string) =>
+  `${detail}\nRun nest-idempotent-webhooks claims --help for usage.`;
+
+export const cliDatabaseUrlMissing = () =>
+  'DATABASE_URL is not set: give the PostgreSQL connection string of the app database in it';
+
+export const cliDatabaseFailed = (command: string, error: unknown) =>
+  `claims ${command} failed: ${describe(error)}`;
+
+export const cliTableMissing = (table: string) =>
+  `the claims table ${table} does not exist in this database: check DATABASE_URL, and give --schema and --table as the module's schema and table options`;

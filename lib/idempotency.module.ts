@@ -8,6 +8,7 @@ import { IDEMPOTENCY_CONFIG } from './idempotency.constants.js';
 import { IdempotencyMetrics } from './idempotency.metrics.js';
 import { ConfigurableModuleClass, IDEMPOTENCY_MODULE_OPTIONS } from './idempotency.module-definition.js';
 import { ExpiredLeaseReporter } from './maintenance/expired-lease.reporter.js';
+import { IdempotencyClaims } from './operator/idempotency-claims.service.js';
 import { ClaimDatabase } from './postgres/claim-database.js';
 import { claimStrategyProviders } from './strategies/claim-strategies.js';
 import { DELIVERY_TRANSPORT_REGISTRY, deliveryTransportProviders } from './transports/delivery-transports.js';
@@ -47,6 +48,7 @@ import { IdempotencyInterceptor } from './transports/idempotency.interceptor.js'
     SignatureGuardsExplorer,
     IdempotencyContext,
     ExpiredLeaseReporter,
+    IdempotencyClaims,
   ],
   // The interceptor is instantiated in whichever module declares the controller, and an
   // @Idempotent provider anywhere gets the service and config injected: both need these exported.
@@ -58,6 +60,7 @@ import { IdempotencyInterceptor } from './transports/idempotency.interceptor.js'
     IdempotencyInterceptor,
     IdempotencyContext,
     ExpiredLeaseReporter,
+    IdempotencyClaims,
   ],
 })
 export class IdempotencyModule extends ConfigurableModuleClass {}

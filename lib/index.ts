@@ -24,6 +24,7 @@ export {
 } from './idempotency.errors.js';
 export { IdempotencyMetrics } from './idempotency.metrics.js';
 export { ExpiredLeaseReporter } from './maintenance/expired-lease.reporter.js';
+export { IdempotencyClaims } from './operator/idempotency-claims.service.js';
 export {
   IDEMPOTENCY_ENTITIES,
   idempotencyEntities,
@@ -50,8 +51,17 @@ export {
   stripeEventKey,
 } from './keys/webhook-keys.js';
 export type {
+  ClaimListOptions,
+  ClaimListStatus,
   ClaimOutcome,
   ClaimOutcomeEvent,
+  ClaimRecord,
+  ClaimRefusal,
+  ClaimRefusalReason,
+  ClaimState,
+  ForgetClaimResult,
+  ReleaseClaimResult,
+  ReporterRunOptions,
   ExpiredLease,
   IdempotencyClaimOptions,
   IdempotencyKeyExtractor,

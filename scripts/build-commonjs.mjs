@@ -20,9 +20,14 @@ await mkdir(STAGE, { recursive: true });
 await cp('lib', join(STAGE, 'lib'), { recursive: true });
 await writeFile(join(STAGE, 'package.json'), COMMONJS_SCOPE);
 
-execFileSync(process.execPath, ['node_modules/typescript-native/bin/tsc', '-p', 'tsconfig.commonjs.json'], {
-  stdio: 'inherit',
-});
+try {
+  execFileSync(process.execPath, ['node_modules/typescript-native/bin/tsc', '-p', 'tsconfig.commonjs.json'], {
+    stdio: 'inherit',
+  });
+} catch (error) {
+  // tsc has printed its diagnostics; a stack trace of this script would only hide them.
+  process.exit(error.status ?? 1);
+}
 await writeFile(join(OUT, 'package.json'), COMMONJS_SCOPE);
 
 // dist/cjs mirrors dist/lib level for level, so a source's path relative to its map is the same

@@ -8,9 +8,22 @@
  *   should the mark itself fail, the lease expires and the event is re-claimed then).
  * - `lease_lost`: an external handler returned or threw after another worker took its lease over.
  * - `expired`: the reporter found a lease whose worker died holding it.
+ * - `released`: an operator took an in-progress claim away from its holder (`IdempotencyClaims.release`);
+ *   the next delivery re-claims it.
+ * - `forgotten`: an operator deleted a claim (`IdempotencyClaims.forget`); the next delivery
+ *   processes the event again. (The `claims` CLI runs in a process of its own: its actions are not
+ *   counted in the app.)
  */
 export type ClaimOutcome =
-  'claimed' | 'replayed' | 'in_flight' | 'reclaimed' | 'failed' | 'lease_lost' | 'expired';
+  | 'claimed'
+  | 'replayed'
+  | 'in_flight'
+  | 'reclaimed'
+  | 'failed'
+  | 'lease_lost'
+  | 'expired'
+  | 'released'
+  | 'forgotten';
 
 /** Passed to the `onOutcome` hook. */
 export interface ClaimOutcomeEvent {

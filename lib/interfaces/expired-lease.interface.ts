@@ -31,7 +31,21 @@ export interface AbandonedClaim {
   attempts: number;
 }
 
-/** What one reporter run found and did. `skipped` when another replica already reported this tick. */
+/** Options of `ExpiredLeaseReporter.run()`. */
+export interface ReporterRunOptions {
+  /**
+   * Report even when another replica (or an earlier run) already took this tick, so a run by
+   * hand (an admin endpoint, a script) always answers with what it found. Its retention may then
+   * run beside that replica's, which is safe: each row is deleted, and counted, once.
+   * @default false
+   */
+  force?: boolean;
+}
+
+/**
+ * What one reporter run found and did. `skipped` when another replica already reported this tick
+ * (never with `force: true`).
+ */
 export interface ReporterRunResult {
   skipped: boolean;
   expired: ExpiredLease[];

@@ -31,6 +31,7 @@ import type {
   ExpiredLease,
   IdempotencyConfig,
   PoisonEvent,
+  ReporterRunOptions,
   ReporterRunResult,
 } from '../interfaces/index.js';
 
@@ -101,14 +102,16 @@ export class ExpiredLeaseReporter implements OnApplicationBootstrap, OnModuleDes
   /**
    * One report: claims the current tick (skipped if another replica did; the gauge is still
    * refreshed), logs and counts expired leases, reports poison events, and applies retention.
-   * Safe to call by hand.
+   * Safe to call by hand; `{ force: true }` reports even when the tick was taken, so a run by
+   * hand always answers with what it found.
    */
-  async run(): Promise<ReporterRunResult> {
+  async run(options: ReporterRunOptions = {}): Promise<ReporterRunResult> {
+    // Claimed when forced too: the tick's scheduled run elsewhere then skips rather than repeat it.
     const [tick] = await this.dataSource.query(this.database.maintenance.tickClaim, [
       REPORTER_SCOPE,
       this.tickMs(),
     ]);
-    if (!tick) {
+    if (!tick && options.force !== true) {
       // Another replica reports this tick, but this replica's gauge is scraped too: without a
       // refresh it would keep whatever it saw the last tick it won, possibly long ago.
       const [count] = await this.dataSource.query(this.database.maintenance.expiredLeaseCount);

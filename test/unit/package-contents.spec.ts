@@ -41,20 +41,28 @@ describe('published package', () => {
     }
   });
 
+  it('contains the command that bin names, an ES module with its shebang', () => {
+    const command = manifest.bin['nest-idempotent-webhooks'];
+    expect(command).toMatch(/^\.\/dist\/lib\//);
+    expect(files).toContain(shipped(command));
+    expect(readFileSync(command, 'utf8')).toMatch(/^#!\/usr\/bin\/env node\n/);
+  });
+
   it('marks dist/cjs as CommonJS, inside a package that is ESM', () => {
     expect(manifest.type).toBe('module');
     expect(files).toContain('dist/cjs/package.json');
     expect(JSON.parse(readFileSync('dist/cjs/package.json', 'utf8'))).toEqual({ type: 'commonjs' });
   });
 
-  it('ships the same modules in both builds', () => {
+  it('ships the same modules in both builds, but for the command (ESM only)', () => {
     const modules = (build: string) =>
       files
         .filter((file) => file.startsWith(`dist/${build}/`) && /\.(js|d\.ts)$/.test(file))
         .map((file) => file.slice(`dist/${build}/`.length))
         .sort();
     expect(modules('lib').length).toBeGreaterThan(0);
-    expect(modules('cjs')).toEqual(modules('lib'));
+    expect(modules('lib').filter((file) => file.startsWith('cli/')).length).toBeGreaterThan(0);
+    expect(modules('cjs')).toEqual(modules('lib').filter((file) => !file.startsWith('cli/')));
   });
 
   it('contains the licence, the readme and the changelog', () => {
