@@ -1,5 +1,6 @@
 import { Inject, Injectable, Logger, type OnModuleInit } from '@nestjs/common';
 import { IDEMPOTENCY_CONFIG } from './idempotency.constants.js';
+import { loadOptionalPeer } from './core/optional-peer.js';
 import { hookFailed } from './idempotency.messages.js';
 import type { ClaimOutcome, IdempotencyConfig } from './interfaces/index.js';
 
@@ -30,7 +31,7 @@ export class IdempotencyMetrics implements OnModuleInit {
     if (this.config.prometheus === false) return;
     let prom: typeof import('prom-client');
     try {
-      prom = await import('prom-client');
+      prom = await loadOptionalPeer<typeof import('prom-client')>('prom-client');
     } catch {
       return; // prom-client is optional; without it only the hook and snapshot() report.
     }

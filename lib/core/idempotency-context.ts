@@ -3,6 +3,7 @@ import { Injectable } from '@nestjs/common';
 import type { EntityManager } from 'typeorm';
 import { outsideContext, notExternal } from '../idempotency.messages.js';
 import type { ClaimHandle } from './claim-strategy.js';
+import { processWide } from './process-wide.js';
 
 /** The delivery an idempotent handler runs for; one per claim, whatever the transport. */
 export interface IdempotentDelivery extends Readonly<ClaimHandle> {
@@ -16,8 +17,11 @@ export interface IdempotentDelivery extends Readonly<ClaimHandle> {
   readonly mode: string;
 }
 
-/** One store per process: the service writes it, handlers and their services read it. */
-const storage = new AsyncLocalStorage<IdempotentDelivery>();
+/**
+ * One store per process, shared by the ESM and CommonJS builds (see processWide): the service
+ * writes it, handlers and their services read it.
+ */
+const storage = processWide('delivery-context', () => new AsyncLocalStorage<IdempotentDelivery>());
 
 /** The current delivery, or undefined outside an idempotent handler. */
 export function currentDelivery(): IdempotentDelivery | undefined {

@@ -1,4 +1,5 @@
 import type { HttpAdapterHost } from '@nestjs/core';
+import { processWide } from '../core/process-wide.js';
 
 /**
  * Whether the app was created with `rawBody: true`, learned from Nest's HTTP adapter.
@@ -32,8 +33,11 @@ interface RawBodyRecord {
  */
 export type RawBodySetting = 'enabled' | 'disabled' | 'unknown';
 
-/** Per adapter instance, so several apps in one process (tests) never mix their settings. */
-const records = new WeakMap<object, RawBodyRecord>();
+/**
+ * Per adapter instance, so several apps in one process (tests) never mix their settings; shared
+ * by both builds of the library (see processWide), so an adapter is wrapped once.
+ */
+const records = processWide('raw-body-records', () => new WeakMap<object, RawBodyRecord>());
 
 /** The adapter methods that receive the `rawBody` flag as their second argument. */
 const PARSER_METHODS = ['registerParserMiddleware', 'useBodyParser'] as const;

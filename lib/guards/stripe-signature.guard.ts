@@ -1,4 +1,5 @@
 import { Injectable } from '@nestjs/common';
+import { loadOptionalPeer } from '../core/optional-peer.js';
 import { headerMalformed, signatureMismatch, signatureTooOld } from '../idempotency.messages.js';
 import type { SignedRequest } from './raw-body.js';
 import { DEFAULT_TOLERANCE_SECONDS } from './signature-options.js';
@@ -16,8 +17,11 @@ export interface StripeWebhooksApi {
   constructEvent(payload: Buffer | string, header: string, secret: string, tolerance?: number): unknown;
 }
 
-/** The package name in a variable, so bundlers and the type checker leave the optional import alone. */
-const STRIPE_PACKAGE = 'stripe';
+/** What loading the stripe package gives: its ES module namespace, or its CommonJS exports. */
+interface StripeSdk {
+  default?: { webhooks?: StripeWebhooksApi };
+  webhooks?: StripeWebhooksApi;
+}
 
 let stripeWebhooks: Promise<StripeWebhooksApi> | undefined;
 
@@ -27,8 +31,10 @@ let stripeWebhooks: Promise<StripeWebhooksApi> | undefined;
  * import stays failed: installing the package needs a restart anyway.
  */
 export function loadStripeWebhooks(): Promise<StripeWebhooksApi> {
-  stripeWebhooks ??= import(STRIPE_PACKAGE).then((sdk: { default?: { webhooks?: StripeWebhooksApi } }) => {
-    const webhooks = sdk.default?.webhooks;
+  stripeWebhooks ??= loadOptionalPeer<StripeSdk>('stripe').then((sdk) => {
+    // Imported (ESM), the SDK's class is the module's default export; required (CommonJS), it is
+    // the module itself.
+    const webhooks = sdk.default?.webhooks ?? sdk.webhooks;
     if (typeof webhooks?.constructEvent !== 'function') {
       throw new Error('the stripe package has no webhooks.constructEvent');
     }

@@ -7,6 +7,7 @@ import {
 } from '@nestjs/common';
 import { ModuleRef } from '@nestjs/core';
 import type { DataSource } from 'typeorm';
+import { loadOptionalPeer } from '../core/optional-peer.js';
 import { ClaimDatabase } from '../postgres/claim-database.js';
 import {
   IDEMPOTENCY_CONFIG,
@@ -78,7 +79,7 @@ export class ExpiredLeaseReporter implements OnApplicationBootstrap, OnModuleDes
     }
     const tick = () => void this.tick();
     if (this.config.reportCron) {
-      const { CronJob } = await import('cron');
+      const { CronJob } = await loadOptionalPeer<typeof import('cron')>('cron');
       const job = CronJob.from({ cronTime: this.config.reportCron, onTick: tick, start: true });
       this.scheduler.addCronJob(REPORTER_JOB_NAME, job);
     } else {
@@ -264,7 +265,8 @@ export class ExpiredLeaseReporter implements OnApplicationBootstrap, OnModuleDes
 
   private async findScheduler(): Promise<Scheduler | undefined> {
     try {
-      const { SchedulerRegistry } = await import('@nestjs/schedule');
+      const { SchedulerRegistry } =
+        await loadOptionalPeer<typeof import('@nestjs/schedule')>('@nestjs/schedule');
       return this.moduleRef.get(SchedulerRegistry, { strict: false }) as Scheduler;
     } catch {
       return undefined;

@@ -1,5 +1,6 @@
 import type { PoolClient, QueryResult } from 'pg';
 import type { EntityManager, QueryRunner } from 'typeorm';
+import { processWide } from '../core/process-wide.js';
 import { claimUnsettled } from '../idempotency.messages.js';
 import { beginAndClaimSql, type ClaimStatements } from './claim.sql.js';
 import { DUPLICATE_PREPARED_STATEMENT, errorCode } from './pg-errors.js';
@@ -20,9 +21,10 @@ export class CommitRolledBackError extends Error {
 
 /**
  * Connections that have prepared a transaction claim, by statement name (one per claims table). A
- * pool's connections outlive any one module.
+ * pool's connections outlive any one module, and both builds of the library may use one pool
+ * (see processWide).
  */
-const preparedConnections = new WeakMap<PoolClient, Set<string>>();
+const preparedConnections = processWide('prepared-connections', () => new WeakMap<PoolClient, Set<string>>());
 
 /** The claim's answer when nothing was inserted needs at most a reclaim and a re-read to settle. */
 const MAX_SETTLE_ROUNDS = 3;

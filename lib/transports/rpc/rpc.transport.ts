@@ -1,4 +1,5 @@
 import { Injectable, Logger, type ExecutionContext, type OnModuleInit } from '@nestjs/common';
+import { loadOptionalPeer } from '../../core/optional-peer.js';
 import {
   EventInFlightError,
   IdempotencyError,
@@ -47,7 +48,9 @@ export class RpcTransport implements DeliveryTransport, OnModuleInit {
   /** Loaded at start-up, not on the first message: an rpc context exists only with the package. */
   async onModuleInit(): Promise<void> {
     try {
-      this.rpcException = (await import('@nestjs/microservices')).RpcException as RpcExceptionClass;
+      const microservices =
+        await loadOptionalPeer<typeof import('@nestjs/microservices')>('@nestjs/microservices');
+      this.rpcException = microservices.RpcException as RpcExceptionClass;
     } catch {
       // No @nestjs/microservices: no rpc context will ever reach the interceptor.
     }

@@ -1,0 +1,64 @@
+import type { INestApplication } from '@nestjs/common';
+import { Test } from '@nestjs/testing';
+import { IdempotencyMetrics, REPLAYED_HEADER } from 'nest-idempotent-webhooks';
+import { runAsWebhookDelivery } from 'nest-idempotent-webhooks/testing';
+import { register } from 'prom-client';
+// supertest is CommonJS with `export =`: without esModuleInterop (classic), this is how to call it.
+// eslint-disable-next-line @typescript-eslint/no-require-imports
+import request = require('supertest');
+import { DataSource } from 'typeorm';
+import { AppModule } from './app.module';
+import { OrdersService } from './orders.service';
+
+// A CommonJS Nest 11 app as `nest new` makes it, with the package installed from its tarball:
+// ts-jest compiles this file to require() calls, so Jest loads the package's CommonJS build.
+describe('the same event delivered twice', () => {
+  let app: INestApplication;
+  let dataSource: DataSource;
+
+  beforeAll(async () => {
+    const moduleRef = await Test.createTestingModule({ imports: [AppModule] }).compile();
+    app = moduleRef.createNestApplication();
+    await app.init();
+    dataSource = app.get(DataSource);
+  });
+
+  afterAll(async () => {
+    await app?.close();
+  });
+
+  it('runs the handler once and replays the second delivery', async () => {
+    const first = await request(app.getHttpServer()).post('/webhooks/orders').send({ id: 'evt_cjs_1' });
+    expect(first.status).toBe(200);
+    expect(first.body).toEqual({ recorded: 'evt_cjs_1' });
+
+    const second = await request(app.getHttpServer()).post('/webhooks/orders').send({ id: 'evt_cjs_1' });
+    expect(second.status).toBe(200);
+    expect(second.headers[REPLAYED_HEADER.toLowerCase()]).toBe('true');
+
+    const orders = await dataSource.query(`SELECT event_id FROM orders WHERE event_id = 'evt_cjs_1'`);
+    expect(orders).toHaveLength(1);
+    const claims = await dataSource.query(
+      `SELECT status FROM processed_events WHERE event_key = 'evt_cjs_1'`,
+    );
+    expect(claims).toEqual([{ status: 'done' }]);
+  });
+
+  it('counts both outcomes, in-process and in prom-client (an optional peer, loaded lazily)', async () => {
+    const scope = 'WebhookController.handle';
+    expect(app.get(IdempotencyMetrics).snapshot().claims[scope]).toMatchObject({ claimed: 1, replayed: 1 });
+    const counter = (await register.getSingleMetric('idempotency_claims_total')?.get())?.values ?? [];
+    const count = (outcome: string) =>
+      counter.find((value) => value.labels.scope === scope && value.labels.outcome === outcome)?.value;
+    expect([count('claimed'), count('replayed')]).toEqual([1, 1]);
+  });
+
+  it('lets a service run as a delivery through the /testing entry point', async () => {
+    const orders = app.get(OrdersService);
+    await dataSource.transaction((manager) =>
+      runAsWebhookDelivery({ key: 'evt_cjs_unit', manager }, () => orders.record('evt_cjs_unit')),
+    );
+    const rows = await dataSource.query(`SELECT event_id FROM orders WHERE event_id = 'evt_cjs_unit'`);
+    expect(rows).toHaveLength(1);
+  });
+});

@@ -1,0 +1,105 @@
+import { spawn } from 'node:child_process';
+import { cp, mkdir, mkdtemp, readdir, rename, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+
+/** An app from test/packaging/apps/, copied to a temporary directory, with the packed library installed. */
+export interface PackedApp {
+  /** The app's directory. */
+  dir: string;
+  /** Runs `command` in the app; rejects with everything it printed unless it exits 0. */
+  run(command: string, args: string[], env?: Record<string, string>): Promise<string>;
+  /** Deletes the app, its node_modules and the tarball. */
+  remove(): Promise<void>;
+}
+
+/** Kept between runs (`.data/` is git-ignored), so a second run installs from disk. */
+const NPM_CACHE = resolve('.data/npm-cache');
+
+/** A command that runs longer is killed, with its process group, and reported with its output. */
+const COMMAND_TIMEOUT_MS = 150_000;
+
+/**
+ * The environment an app's commands see: this run's, without what would make them behave
+ * unlike a user's shell. NODE_OPTIONS carries `--experimental-vm-modules` from `npm test`, which
+ * would give the app's Jest the import() support its default set-up lacks; npm_* would point its
+ * npm at this repository's configuration; JEST_* would tell its Jest it is one of our workers.
+ */
+function appEnvironment(extra: Record<string, string>): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = {};
+  for (const [name, value] of Object.entries(process.env)) {
+    if (name === 'NODE_OPTIONS' || /^(npm_|JEST_)/i.test(name)) continue;
+    env[name] = value;
+  }
+  return { ...env, NO_COLOR: '1', CI: 'true', ...extra };
+}
+
+/** Runs a command to its end, bounded in time; resolves with its exit code and output. */
+function execute(
+  command: string,
+  args: string[],
+  cwd: string,
+  env: NodeJS.ProcessEnv,
+): Promise<{ code: number | null; output: string }> {
+  return new Promise((done, fail) => {
+    // Its own process group: npx starts the runner as a grandchild, which a timeout must stop too.
+    const child = spawn(command, args, { cwd, env, detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
+    let output = '';
+    child.stdout.on('data', (chunk) => (output += chunk));
+    child.stderr.on('data', (chunk) => (output += chunk));
+    const timer = setTimeout(() => {
+      output += `\n[killed after ${COMMAND_TIMEOUT_MS} ms]`;
+      process.kill(-child.pid!, 'SIGKILL');
+    }, COMMAND_TIMEOUT_MS);
+    child.once('error', (error) => {
+      clearTimeout(timer);
+      fail(error);
+    });
+    child.once('close', (code) => {
+      clearTimeout(timer);
+      done({ code, output });
+    });
+  });
+}
+
+/**
+ * Packs this repository as `npm pack` would publish it (the build must be current: `npm test`
+ * builds first), copies the app `template` from test/packaging/apps/ beside the tarball and
+ * installs it with npm from the registry, as a user would. The app depends on
+ * `file:../library.tgz`, so it gets the package's files and nothing else of this checkout.
+ */
+export async function installPackedApp(template: string): Promise<PackedApp> {
+  const root = await mkdtemp(join(tmpdir(), `niw-${template}-`));
+  const remove = () => rm(root, { recursive: true, force: true });
+  try {
+    const env = appEnvironment({});
+    const packed = await execute(
+      'npm',
+      ['pack', '--ignore-scripts', '--pack-destination', root],
+      process.cwd(),
+      env,
+    );
+    const tarballs = (await readdir(root)).filter((file) => file.endsWith('.tgz'));
+    if (packed.code !== 0 || tarballs.length !== 1) throw new Error(`npm pack failed:\n${packed.output}`);
+    await rename(join(root, tarballs[0]), join(root, 'library.tgz'));
+
+    const dir = join(root, 'app');
+    await cp(resolve('test/packaging/apps', template), dir, { recursive: true });
+    await mkdir(NPM_CACHE, { recursive: true });
+    const app: PackedApp = {
+      dir,
+      async run(command, args, extra = {}) {
+        const { code, output } = await execute(command, args, dir, appEnvironment(extra));
+        if (code !== 0)
+          throw new Error(`${command} ${args.join(' ')} exited with ${code} in ${dir}:\n${output}`);
+        return output;
+      },
+      remove,
+    };
+    await app.run('npm', ['install', '--no-audit', '--no-fund', '--prefer-offline', '--cache', NPM_CACHE]);
+    return app;
+  } catch (error) {
+    await remove();
+    throw error;
+  }
+}
