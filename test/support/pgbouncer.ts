@@ -33,6 +33,14 @@ export interface PgBouncerOptions {
    * @default false
    */
   serverRoundRobin?: boolean;
+  /**
+   * `query_wait_timeout`: how long a query may wait for a server connection before PgBouncer fails
+   * it (08P01) and closes its client. While Postgres is unreachable every query waits this long
+   * first (PgBouncer's default is 120 s); a webhook app wants it below its sender's timeout, and a
+   * test wants every wait bounded.
+   * @default 10
+   */
+  queryWaitTimeoutSeconds?: number;
 }
 
 /** How long pgbouncer gets to accept connections; it takes milliseconds when it works. */
@@ -69,6 +77,7 @@ export async function startPgBouncer(serverUrl: string, options: PgBouncerOption
       `pool_mode = ${options.poolMode ?? 'transaction'}`,
       `default_pool_size = ${options.poolSize ?? 5}`,
       `server_round_robin = ${options.serverRoundRobin ? 1 : 0}`,
+      `query_wait_timeout = ${options.queryWaitTimeoutSeconds ?? 10}`,
       'max_client_conn = 1000',
       'max_db_connections = 0',
       // node-postgres and TypeORM send these; PgBouncer refuses unknown startup parameters.
