@@ -5,7 +5,13 @@ import { pgBouncerPerFile, routeUrl, ROUTES } from '../support/database-routes.j
 import { startPgBouncer, type PgBouncer } from '../support/pgbouncer.js';
 import { startPostgres, type PostgresServer } from '../support/postgres-server.js';
 import { FakeFulfilmentApi } from '../support/sample-downstream.js';
-import { healthStatus, killAllSamples, startSample, type SampleProcess } from '../support/sample-process.js';
+import {
+  healthStatus,
+  killAllSamples,
+  SAMPLE_READY_MS,
+  startSample,
+  type SampleProcess,
+} from '../support/sample-process.js';
 import {
   checkoutSessionCompleted,
   deliver,
@@ -422,6 +428,8 @@ describe.each(ROUTES)('Stripe sample: database unreachable (%s)', (route) => {
  * and the next replica would wait for it forever.
  */
 describe('Stripe sample: replicas migrating at once through PgBouncer', () => {
+  /** The test starts three samples, each allowed SAMPLE_READY_MS, and then some. */
+  const THREE_STARTS_MS = 4 * SAMPLE_READY_MS;
   const roundRobin = pgBouncerPerFile({ serverRoundRobin: true });
   let db: TestDatabase;
 
@@ -443,45 +451,54 @@ describe('Stripe sample: replicas migrating at once through PgBouncer', () => {
       [db.name, MIGRATION_LOCK_ID, granted],
     );
 
-  it('the second waits for the first, each migration runs once, and no lock is left behind', async () => {
-    const url = roundRobin().urlFor(db.url);
-    // As if another replica were migrating: the lock is taken, on a session of the test's own.
-    const holder = await db.pool.connect();
-    await holder.query('BEGIN');
-    await holder.query('SELECT pg_advisory_xact_lock($1)', [MIGRATION_LOCK_ID]);
-    const starting = [startSample({ databaseUrl: url }), startSample({ databaseUrl: url })];
-    // Not awaited yet: neither can be ready before the lock is let go.
-    for (const start of starting) start.catch(() => undefined);
-    try {
-      await waitUntil(async () => (await migrationLocks(false)) === 2, 'both replicas to wait for the lock');
-    } finally {
-      await holder.query('COMMIT');
-      holder.release();
-    }
-    const replicas = await Promise.all(starting);
+  it(
+    'the second waits for the first, each migration runs once, and no lock is left behind',
+    async () => {
+      const url = roundRobin().urlFor(db.url);
+      // As if another replica were migrating: the lock is taken, on a session of the test's own.
+      const holder = await db.pool.connect();
+      await holder.query('BEGIN');
+      await holder.query('SELECT pg_advisory_xact_lock($1)', [MIGRATION_LOCK_ID]);
+      const starting = [startSample({ databaseUrl: url }), startSample({ databaseUrl: url })];
+      // Not awaited yet: neither can be ready before the lock is let go.
+      for (const start of starting) start.catch(() => undefined);
+      try {
+        // Within the time a replica has to be ready at all: on a busy machine booting takes a while.
+        await waitUntil(
+          async () => (await migrationLocks(false)) === 2,
+          'both replicas to wait for the lock',
+          SAMPLE_READY_MS,
+        );
+      } finally {
+        await holder.query('COMMIT');
+        holder.release();
+      }
+      const replicas = await Promise.all(starting);
 
-    const { rows } = await db.pool.query<{ name: string; runs: number }>(
-      'SELECT name, count(*)::int AS runs FROM migrations GROUP BY name ORDER BY name',
-    );
-    expect(rows).toEqual([
-      { name: 'AddUnfinishedClaimsIndex1764892800000', runs: 1 },
-      { name: 'CreateOrdersAndInvoices1764633600000', runs: 1 },
-      { name: 'CreateProcessedEvents1764547200000', runs: 1 },
-    ]);
-    const said = replicas.map((replica) =>
-      replica.output().includes('Applied CreateOrdersAndInvoices1764633600000') ? 'applied' : 'up to date',
-    );
-    expect(said.sort()).toEqual(['applied', 'up to date']);
-    expect(replicas.map((replica) => replica.output().includes('Schema up to date'))).toContain(true);
-    expect(await migrationLocks(true)).toBe(0);
+      const { rows } = await db.pool.query<{ name: string; runs: number }>(
+        'SELECT name, count(*)::int AS runs FROM migrations GROUP BY name ORDER BY name',
+      );
+      expect(rows).toEqual([
+        { name: 'AddUnfinishedClaimsIndex1764892800000', runs: 1 },
+        { name: 'CreateOrdersAndInvoices1764633600000', runs: 1 },
+        { name: 'CreateProcessedEvents1764547200000', runs: 1 },
+      ]);
+      const said = replicas.map((replica) =>
+        replica.output().includes('Applied CreateOrdersAndInvoices1764633600000') ? 'applied' : 'up to date',
+      );
+      expect(said.sort()).toEqual(['applied', 'up to date']);
+      expect(replicas.map((replica) => replica.output().includes('Schema up to date'))).toContain(true);
+      expect(await migrationLocks(true)).toBe(0);
 
-    // A restart finds the lock free: it starts and finds nothing to do.
-    await replicas[0].terminate();
-    const restarted = await startSample({ databaseUrl: url });
-    expect(restarted.output()).toContain('Schema up to date');
-    expect(await migrationLocks(true)).toBe(0);
-    const answer = await deliver(restarted.url, ORDERS, paymentIntentSucceeded('evt_after_migrations'));
-    expect(answer.status).toBe(200);
-    expect(await db.count('SELECT count(*) FROM orders')).toBe(1);
-  });
+      // A restart finds the lock free: it starts and finds nothing to do.
+      await replicas[0].terminate();
+      const restarted = await startSample({ databaseUrl: url });
+      expect(restarted.output()).toContain('Schema up to date');
+      expect(await migrationLocks(true)).toBe(0);
+      const answer = await deliver(restarted.url, ORDERS, paymentIntentSucceeded('evt_after_migrations'));
+      expect(answer.status).toBe(200);
+      expect(await db.count('SELECT count(*) FROM orders')).toBe(1);
+    },
+    THREE_STARTS_MS,
+  );
 });
