@@ -23,6 +23,8 @@ const IN_FLIGHT = 32;
 const SHUFFLE_WINDOW = 48;
 /** No delivery may take longer; a hang fails the test with its event named. */
 const DELIVERY_TIMEOUT_MS = 30_000;
+/** A run of deliveries takes seconds; on a busy two-core machine, several times that. */
+const STRESS_TEST_MS = 120_000;
 
 const TURNED_OFF = 'Prepared statements turned off';
 
@@ -94,13 +96,7 @@ async function deliverAll(url: string, path: string, ids: string[]): Promise<Ans
   return answers;
 }
 
-/**
- * Through PgBouncer, default options, both modes: hundreds of deliveries, a third of them
- * duplicates, from a small pool of app connections taking turns on fewer server connections. A
- * transaction-mode pooler hands each transaction (and each statement outside one) whichever server
- * connection is free, so the statements a client connection prepared are often not on the server
- * connection its next delivery gets: with PgBouncer 1.18 that answered 42P05/26000 to many claims.
- */
+// Three server connections under the app's eight client connections.
 const transactionPooler = pgBouncerPerFile({ poolSize: SERVER_CONNECTIONS });
 // Server connections handed out in turn, for a claim that must meet them in a known order.
 const roundRobinPooler = pgBouncerPerFile({ poolSize: 2, serverRoundRobin: true });
@@ -108,6 +104,13 @@ const roundRobinPooler = pgBouncerPerFile({ poolSize: 2, serverRoundRobin: true 
 // must hold the app's whole pool, as it must in production.
 const sessionPooler = pgBouncerPerFile({ poolMode: 'session', poolSize: APP_CONNECTIONS });
 
+/**
+ * Through PgBouncer, default options, both modes: hundreds of deliveries, a third of them
+ * duplicates, from a small pool of app connections taking turns on fewer server connections. A
+ * transaction-mode pooler hands each transaction (and each statement outside one) whichever server
+ * connection is free, so the statements a client connection prepared are often not on the server
+ * connection its next delivery gets, which answers 42P05 or 26000 to the statement.
+ */
 describe.each(MODES)('through PgBouncer ($mode mode)', ({ mode, path, effects }) => {
   let db: TestDatabase;
   let running: RunningApp | undefined;
@@ -175,38 +178,51 @@ describe.each(MODES)('through PgBouncer ($mode mode)', ({ mode, path, effects })
     return pooler.pool(db.name);
   }
 
-  it('default options: no 5xx, every effect once, no lease left in progress, one warning that preparing stopped', async () => {
-    const { url, prepared } = await start(transactionPooler());
-    const pool = await deliverAndCheck(url, `evt_pool_auto_${mode}`, transactionPooler());
-    expect(pool.servers).toBeLessThanOrEqual(SERVER_CONNECTIONS);
-    expect(pool.clients).toBeGreaterThan(pool.servers);
-    // More client connections than server connections: some statements met a server connection
-    // that had not prepared them, or already had, and 'auto' stopped preparing.
-    expect(prepared.active).toBe(false);
-    expect(prepared.missCount).toBeGreaterThanOrEqual(3);
-    expect(logs.find('warn', TURNED_OFF)).toHaveLength(1);
-    expect(logs.find('error')).toEqual([]);
-  });
+  it(
+    'default options: no 5xx, every effect once, no lease left in progress, one warning that preparing stopped',
+    async () => {
+      const { url, prepared } = await start(transactionPooler());
+      const pool = await deliverAndCheck(url, `evt_pool_auto_${mode}`, transactionPooler());
+      expect(pool.servers).toBeLessThanOrEqual(SERVER_CONNECTIONS);
+      expect(pool.clients).toBeGreaterThan(pool.servers);
+      // More client connections than server connections: some statements met a server connection
+      // that had not prepared them, or already had, and 'auto' stopped preparing.
+      expect(prepared.active).toBe(false);
+      expect(prepared.missCount).toBeGreaterThanOrEqual(3);
+      expect(logs.find('warn', TURNED_OFF)).toHaveLength(1);
+      expect(logs.find('error')).toEqual([]);
+    },
+    STRESS_TEST_MS,
+  );
 
-  it('preparedStatements: true keeps preparing: more misses, each resent, still no 5xx and no stuck lease', async () => {
-    const { url, prepared } = await start(transactionPooler(), true);
-    const pool = await deliverAndCheck(url, `evt_pool_true_${mode}`, transactionPooler());
-    expect(pool.servers).toBeLessThanOrEqual(SERVER_CONNECTIONS);
-    expect(pool.clients).toBeGreaterThan(pool.servers);
-    expect(prepared.active).toBe(true);
-    expect(prepared.missCount).toBeGreaterThan(3);
-    expect(logs.find('warn', TURNED_OFF)).toEqual([]);
-    expect(logs.find('error')).toEqual([]);
-  });
+  it(
+    'preparedStatements: true keeps preparing: more misses, each resent, still no 5xx and no stuck lease',
+    async () => {
+      const { url, prepared } = await start(transactionPooler(), true);
+      const pool = await deliverAndCheck(url, `evt_pool_true_${mode}`, transactionPooler());
+      expect(pool.servers).toBeLessThanOrEqual(SERVER_CONNECTIONS);
+      expect(pool.clients).toBeGreaterThan(pool.servers);
+      expect(prepared.active).toBe(true);
+      expect(prepared.missCount).toBeGreaterThan(3);
+      expect(logs.find('warn', TURNED_OFF)).toEqual([]);
+      expect(logs.find('error')).toEqual([]);
+    },
+    STRESS_TEST_MS,
+  );
 
-  it('session mode: a client keeps its server connection, so nothing is missed and statements stay prepared', async () => {
-    const { url, prepared } = await start(sessionPooler());
-    const pool = await deliverAndCheck(url, `evt_pool_session_${mode}`, sessionPooler());
-    expect(pool).toEqual({ clients: APP_CONNECTIONS, servers: APP_CONNECTIONS });
-    expect(prepared.missCount).toBe(0);
-    expect(prepared.active).toBe(true);
-    expect(logs.find('warn')).toEqual([]);
-  });
+  it(
+    'session mode: a client keeps its server connection, so nothing is missed and statements stay prepared',
+    async () => {
+      const { url, prepared } = await start(sessionPooler());
+      const pool = await deliverAndCheck(url, `evt_pool_session_${mode}`, sessionPooler());
+      // Each client connection has a server connection of its own.
+      expect(pool.servers).toBe(pool.clients);
+      expect(prepared.missCount).toBe(0);
+      expect(prepared.active).toBe(true);
+      expect(logs.find('warn')).toEqual([]);
+    },
+    STRESS_TEST_MS,
+  );
 });
 
 /**
