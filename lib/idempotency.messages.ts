@@ -47,7 +47,7 @@ export const statementForgotten = (name: string, code: string) =>
   `The prepared statement ${name} was not what this connection's server session had (SQLSTATE ${code}: DEALLOCATE ALL, DISCARD ALL, or a pooler in transaction mode); it was sent again unprepared`;
 
 export const preparedStatementsOff = (name: string, code: string, misses: number) =>
-  `Prepared statements turned off: ${misses} statements (the last ${name}, SQLSTATE ${code}) met server sessions that did not have them as this connection did, as behind a transaction-mode pooler (PgBouncer before 1.21, RDS Proxy, Supavisor). The claims now go unprepared; set preparedStatements: false to skip this detection`;
+  `Prepared statements turned off: ${misses} statements (the last ${name}, SQLSTATE ${code}) met server sessions that did not have them as this connection did, as behind a transaction-mode pooler (PgBouncer, Supavisor). The claims now go unprepared; set preparedStatements: false to skip this detection`;
 
 export const releaseFailed = (scope: string, key: string, error: unknown) =>
   `Could not mark ${scope} key ${key} failed: ${describe(error)}; it becomes claimable when its lease expires`;

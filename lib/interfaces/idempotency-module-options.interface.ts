@@ -102,7 +102,7 @@ export interface IdempotencyModuleOptions {
    * Prepare the statements of every delivery once per connection, so Postgres skips parsing and
    * planning them each time: transaction mode sends `BEGIN; EXECUTE idempotency_transaction_claim(...)`
    * as one query, external mode sends protocol-level named statements. Behind a pooler in
-   * transaction mode (PgBouncer `pool_mode = transaction` before 1.21, RDS Proxy, Supavisor), a
+   * transaction mode (PgBouncer `pool_mode = transaction`, Supavisor; RDS Proxy pins connections on PREPARE instead: set `false` there), a
    * delivery can land on a server connection that never prepared them, or already has them: such a
    * statement fails without running and is sent again unprepared (a round trip, never a 503).
    * `'auto'` stops preparing after a few such misses and says so in a warning; `true` keeps

@@ -38,8 +38,10 @@ interface ClaimRow {
 
 /**
  * A round whose PREPARE or EXECUTE finds the connection's prepared state other than this process
- * believed (42P05, 26000) corrects the belief and goes again: the claim, one correction, and one
- * more for a pooler that hands the next round a different server connection.
+ * believed (42P05, 26000) did not run; it corrects the belief and goes again: the claim, then one
+ * correction (which is all a direct connection after DEALLOCATE ALL needs). Behind a pooler in
+ * transaction mode each round is a new transaction, possibly on another server connection, so the
+ * correction can miss too: the last round inlines the claim, which cannot miss.
  */
 const MAX_ROUNDS = 3;
 
@@ -104,7 +106,12 @@ export class ClaimTransaction {
     let row: ClaimRow;
     for (let round = 1; ; round++) {
       const known = preparedConnections.get(client);
-      const how = !prepared.active ? 'inline' : known?.has(name) ? 'execute' : 'prepare-and-execute';
+      const how =
+        !prepared.active || round === MAX_ROUNDS
+          ? 'inline'
+          : known?.has(name)
+            ? 'execute'
+            : 'prepare-and-execute';
       try {
         // Several statements in one query answer with one result each; the claim's is the last.
         const results = (await client.query(

@@ -38,6 +38,11 @@ export class PreparedStatements {
     return this.enabled;
   }
 
+  /** Misses so far: statements that met a server session whose prepared state was not the expected one. */
+  get missCount(): number {
+    return this.misses;
+  }
+
   /** Records a miss of `name` (SQLSTATE `code`); the caller resends the statement unprepared. */
   missed(name: string, code: string): void {
     this.misses++;

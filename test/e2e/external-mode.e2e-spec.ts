@@ -4,6 +4,7 @@ import { ExternalFixtureController, RETRY_LEASE_MS } from '../fixtures/external.
 import { FixtureController, Gates, WebhookFixtureModule } from '../fixtures/webhook-fixture.module.js';
 import { ADAPTERS, startApp, type AdapterName, type RunningApp } from '../support/app.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
+import { onEveryRoute, pgBouncerPerFile, routeUrl, type Route } from '../support/database-routes.js';
 import { claimRow, downstreamCalls } from '../support/lease-rows.js';
 import { waitUntil } from '../support/wait-until.js';
 import { parkDelivery } from '../support/parked-delivery.js';
@@ -14,24 +15,27 @@ const EXTERNAL = 'FixtureController.external';
 const CONTEXT = 'ExternalFixtureController.exposeContext';
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 
-async function startFixture(adapter: AdapterName, db: TestDatabase, inFlightStatus: 409 | 503) {
+const pooler = pgBouncerPerFile();
+
+async function startFixture(route: Route, adapter: AdapterName, db: TestDatabase, inFlightStatus: 409 | 503) {
   return startApp(adapter, [
     WebhookFixtureModule.forDatabase({
-      databaseUrl: db.url,
+      // Otherwise default options: behind the pooler the library has to cope on its own.
+      databaseUrl: routeUrl(route, db, pooler),
       controllers: [FixtureController, ExternalFixtureController],
       idempotency: { retryAfterSeconds: RETRY_AFTER_CAP, inFlightStatus },
     }),
   ]);
 }
 
-describe.each(ADAPTERS)('external mode (%s)', (adapter) => {
+describe.each(onEveryRoute(ADAPTERS))('external mode (%s, %s)', (route, adapter) => {
   let db: TestDatabase;
   let running: RunningApp;
   let gates: Gates;
 
   beforeAll(async () => {
     db = await createTestDatabase();
-    running = await startFixture(adapter, db, 409);
+    running = await startFixture(route, adapter, db, 409);
     gates = running.app.get(Gates);
   });
 
@@ -180,7 +184,7 @@ describe.each(ADAPTERS)('external mode (%s)', (adapter) => {
   });
 
   it('answers an in-flight duplicate 503 when inFlightStatus is 503', async () => {
-    const strict = await startFixture(adapter, db, 503);
+    const strict = await startFixture(route, adapter, db, 503);
     const strictGates = strict.app.get(Gates);
     try {
       const id = 'evt_ext_503';

@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
+import { pgBouncerPerFile, routeUrl, ROUTES } from '../support/database-routes.js';
 import { FakeFulfilmentApi } from '../support/sample-downstream.js';
 import { healthStatus, killAllSamples, startSample } from '../support/sample-process.js';
 import {
@@ -14,17 +15,24 @@ import { waitUntil } from '../support/wait-until.js';
 /** The sample's sessions carry this application_name (sample/database/database.module.ts). */
 const SAMPLE_SESSIONS = 'stripe-sample';
 
+/** PgBouncer in transaction mode in front of the run's PostgreSQL, for the `pgbouncer` route. */
+const pooler = pgBouncerPerFile();
+
 /**
  * The crash behaviour the sample must show, with real processes: SIGKILL inside an orders
  * transaction, SIGKILL during the fulfilment call, and a SIGTERM that lets in-flight work finish.
+ * Directly, and with DATABASE_URL through PgBouncer in transaction mode.
  */
-describe('Stripe sample: crashes and shutdown', () => {
+describe.each(ROUTES)('Stripe sample: crashes and shutdown (%s)', (route) => {
   let db: TestDatabase;
   let api: FakeFulfilmentApi;
+  /** The sample's DATABASE_URL on this route. */
+  let databaseUrl: string;
 
   beforeAll(async () => {
     db = await createTestDatabase(undefined, { fixtureSchema: false });
     api = await FakeFulfilmentApi.start();
+    databaseUrl = routeUrl(route, db, pooler);
   });
 
   afterAll(async () => {
@@ -45,7 +53,7 @@ describe('Stripe sample: crashes and shutdown', () => {
     ).rows;
 
   it('SIGKILL inside an orders transaction leaves no claim; the next delivery makes the order once', async () => {
-    const first = await startSample({ databaseUrl: db.url });
+    const first = await startSample({ databaseUrl });
     const event = paymentIntentSucceeded('evt_killed_in_tx');
 
     // Park the handler inside its transaction: the claim is inserted, the order insert waits on
@@ -59,6 +67,9 @@ describe('Stripe sample: crashes and shutdown', () => {
         (answer) => answer.status,
         () => 'no answer',
       );
+      // The server session running the insert. Through PgBouncer too: it sets the client's
+      // application_name on the server connection it lends, which stays lent (and its backend
+      // busy) while the transaction is open; PgBouncer closes it when its client dies mid-transaction.
       let waiting: number[] = [];
       await waitUntil(async () => {
         const { rows } = await db.pool.query(
@@ -87,7 +98,7 @@ describe('Stripe sample: crashes and shutdown', () => {
     expect(await claim('evt_killed_in_tx')).toEqual([]);
     expect(await orders('evt_killed_in_tx')).toBe(0);
 
-    const restarted = await startSample({ databaseUrl: db.url });
+    const restarted = await startSample({ databaseUrl });
     const redelivered = await deliver(restarted.url, ORDERS, event);
     expect(redelivered.status).toBe(200);
     expect(redelivered.headers['idempotent-replayed']).toBeUndefined();
@@ -99,7 +110,7 @@ describe('Stripe sample: crashes and shutdown', () => {
 
   it('SIGKILL during the fulfilment call leaves a lease: 409 inside it, re-claimed with the same Idempotency-Key after it, replayed later', async () => {
     // Two replicas on one database, as in production; a short lease and a fast reporter.
-    const settings = { databaseUrl: db.url, fulfilmentUrl: api.url, leaseMs: 3_000, reportIntervalMs: 250 };
+    const settings = { databaseUrl, fulfilmentUrl: api.url, leaseMs: 3_000, reportIntervalMs: 250 };
     const doomed = await startSample(settings);
     const survivor = await startSample(settings);
     const event = checkoutSessionCompleted('evt_killed_in_call');
@@ -148,7 +159,7 @@ describe('Stripe sample: crashes and shutdown', () => {
   });
 
   it('SIGTERM refuses new requests, lets the in-flight fulfilment finish, and exits 0', async () => {
-    const sample = await startSample({ databaseUrl: db.url, fulfilmentUrl: api.url });
+    const sample = await startSample({ databaseUrl, fulfilmentUrl: api.url });
     const event = checkoutSessionCompleted('evt_drained');
     const held = api.holdNext();
     const inFlight = deliver(sample.url, FULFILMENT, event).then((answer) => answer);

@@ -1,8 +1,17 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { MIGRATION_LOCK_ID } from '../../sample/database/run-migrations.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
+import { pgBouncerPerFile, routeUrl, ROUTES } from '../support/database-routes.js';
+import { startPgBouncer, type PgBouncer } from '../support/pgbouncer.js';
 import { startPostgres, type PostgresServer } from '../support/postgres-server.js';
 import { FakeFulfilmentApi } from '../support/sample-downstream.js';
-import { healthStatus, killAllSamples, startSample, type SampleProcess } from '../support/sample-process.js';
+import {
+  healthStatus,
+  killAllSamples,
+  SAMPLE_READY_MS,
+  startSample,
+  type SampleProcess,
+} from '../support/sample-process.js';
 import {
   checkoutSessionCompleted,
   deliver,
@@ -15,13 +24,22 @@ import {
   stripeEvent,
   type DeliveryOptions,
 } from '../support/sample-stripe.js';
+import { waitUntil } from '../support/wait-until.js';
+
+/** PgBouncer's query_wait_timeout in front of the server the outage test stops. */
+const QUERY_WAIT_SECONDS = 2;
+
+/** PgBouncer in transaction mode in front of the run's PostgreSQL, for the `pgbouncer` route. */
+const pooler = pgBouncerPerFile();
 
 /**
  * The Stripe sample as Stripe sees it: the built app in its own process (`node
  * dist/sample/main.js`), real Postgres, correctly signed deliveries over HTTP. One test per row of
- * the issue's answers table, each asserting what was written, not only the status.
+ * the issue's answers table, each asserting what was written, not only the status. Directly, and
+ * with DATABASE_URL through PgBouncer in transaction mode, the sample's settings otherwise as they
+ * are: its pool of 10 connections takes turns on PgBouncer's few server connections.
  */
-describe('Stripe sample: answers', () => {
+describe.each(ROUTES)('Stripe sample: answers (%s)', (route) => {
   let db: TestDatabase;
   let api: FakeFulfilmentApi;
   let sample: SampleProcess;
@@ -30,7 +48,7 @@ describe('Stripe sample: answers', () => {
     // The sample's own migration creates `orders`; the fixture tables would be in its way.
     db = await createTestDatabase(undefined, { fixtureSchema: false });
     api = await FakeFulfilmentApi.start();
-    sample = await startSample({ databaseUrl: db.url, fulfilmentUrl: api.url });
+    sample = await startSample({ databaseUrl: routeUrl(route, db, pooler), fulfilmentUrl: api.url });
   });
 
   afterAll(async () => {
@@ -347,22 +365,32 @@ describe('Stripe sample: answers', () => {
   });
 });
 
-describe('Stripe sample: database unreachable', () => {
+describe.each(ROUTES)('Stripe sample: database unreachable (%s)', (route) => {
   let server: PostgresServer;
+  let serverPooler: PgBouncer | undefined;
   let db: TestDatabase;
   let api: FakeFulfilmentApi;
   let sample: SampleProcess;
 
   beforeAll(async () => {
-    // A server of its own, since this test stops it.
+    // A server of its own, since this test stops it; behind a pooler of its own, which stays up.
     server = await startPostgres({ reuseDatabaseUrl: false });
     db = await createTestDatabase(server.adminUrl, { fixtureSchema: false });
+    // While Postgres is down, PgBouncer holds a query waiting for a server connection for
+    // query_wait_timeout before failing it (08P01), then fails the next ones at once for
+    // server_login_retry: kept short, as a webhook app's pooler should (see sample/README.md).
+    if (route === 'pgbouncer')
+      serverPooler = await startPgBouncer(server.adminUrl, { queryWaitTimeoutSeconds: QUERY_WAIT_SECONDS });
     api = await FakeFulfilmentApi.start();
-    sample = await startSample({ databaseUrl: db.url, fulfilmentUrl: api.url });
+    sample = await startSample({
+      databaseUrl: serverPooler ? serverPooler.urlFor(db.url) : db.url,
+      fulfilmentUrl: api.url,
+    });
   }, 120_000);
 
   afterAll(async () => {
     await killAllSamples();
+    await serverPooler?.stop();
     await api?.close();
     // The database went with its server: only the test's pool is left to close.
     await db?.pool.end();
@@ -390,4 +418,87 @@ describe('Stripe sample: database unreachable', () => {
     expect(api.calls).toHaveLength(0);
     expect(await healthStatus(sample.url)).toBe(503);
   });
+});
+
+/**
+ * Replicas that start together migrate one at a time, through a pooler in transaction mode too.
+ * This PgBouncer hands out its server connections in turn, so one client's consecutive
+ * statements run on different server sessions, as they may on a busy pooler: a session advisory
+ * lock taken by one statement and released by a later one would stay with the first session,
+ * and the next replica would wait for it forever.
+ */
+describe('Stripe sample: replicas migrating at once through PgBouncer', () => {
+  /** The test starts three samples, each allowed SAMPLE_READY_MS, and then some. */
+  const THREE_STARTS_MS = 4 * SAMPLE_READY_MS;
+  const roundRobin = pgBouncerPerFile({ serverRoundRobin: true });
+  let db: TestDatabase;
+
+  beforeAll(async () => {
+    db = await createTestDatabase(undefined, { fixtureSchema: false });
+  });
+
+  afterAll(async () => {
+    await killAllSamples();
+    await db?.drop();
+  });
+
+  /** Advisory locks on the sample's migration lock, held or waited for, in the test database. */
+  const migrationLocks = (granted: boolean) =>
+    db.count(
+      `SELECT count(*) FROM pg_locks
+       WHERE locktype = 'advisory' AND granted = $3 AND objid = $2 AND objsubid = 1
+         AND database = (SELECT oid FROM pg_database WHERE datname = $1)`,
+      [db.name, MIGRATION_LOCK_ID, granted],
+    );
+
+  it(
+    'the second waits for the first, each migration runs once, and no lock is left behind',
+    async () => {
+      const url = roundRobin().urlFor(db.url);
+      // As if another replica were migrating: the lock is taken, on a session of the test's own.
+      const holder = await db.pool.connect();
+      await holder.query('BEGIN');
+      await holder.query('SELECT pg_advisory_xact_lock($1)', [MIGRATION_LOCK_ID]);
+      const starting = [startSample({ databaseUrl: url }), startSample({ databaseUrl: url })];
+      // Not awaited yet: neither can be ready before the lock is let go.
+      for (const start of starting) start.catch(() => undefined);
+      try {
+        // Within the time a replica has to be ready at all: on a busy machine booting takes a while.
+        await waitUntil(
+          async () => (await migrationLocks(false)) === 2,
+          'both replicas to wait for the lock',
+          SAMPLE_READY_MS,
+        );
+      } finally {
+        await holder.query('COMMIT');
+        holder.release();
+      }
+      const replicas = await Promise.all(starting);
+
+      const { rows } = await db.pool.query<{ name: string; runs: number }>(
+        'SELECT name, count(*)::int AS runs FROM migrations GROUP BY name ORDER BY name',
+      );
+      expect(rows).toEqual([
+        { name: 'AddUnfinishedClaimsIndex1764892800000', runs: 1 },
+        { name: 'CreateOrdersAndInvoices1764633600000', runs: 1 },
+        { name: 'CreateProcessedEvents1764547200000', runs: 1 },
+      ]);
+      const said = replicas.map((replica) =>
+        replica.output().includes('Applied CreateOrdersAndInvoices1764633600000') ? 'applied' : 'up to date',
+      );
+      expect(said.sort()).toEqual(['applied', 'up to date']);
+      expect(replicas.map((replica) => replica.output().includes('Schema up to date'))).toContain(true);
+      expect(await migrationLocks(true)).toBe(0);
+
+      // A restart finds the lock free: it starts and finds nothing to do.
+      await replicas[0].terminate();
+      const restarted = await startSample({ databaseUrl: url });
+      expect(restarted.output()).toContain('Schema up to date');
+      expect(await migrationLocks(true)).toBe(0);
+      const answer = await deliver(restarted.url, ORDERS, paymentIntentSucceeded('evt_after_migrations'));
+      expect(answer.status).toBe(200);
+      expect(await db.count('SELECT count(*) FROM orders')).toBe(1);
+    },
+    THREE_STARTS_MS,
+  );
 });

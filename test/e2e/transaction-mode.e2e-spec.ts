@@ -2,16 +2,22 @@ import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import request from 'supertest';
 import { ADAPTERS, startApp, type RunningApp } from '../support/app.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
+import { onEveryRoute, pgBouncerPerFile, routeUrl } from '../support/database-routes.js';
 import { parkDelivery } from '../support/parked-delivery.js';
 import { WebhookFixtureModule } from '../fixtures/webhook-fixture.module.js';
 
-describe.each(ADAPTERS)('transaction mode (%s)', (adapter) => {
+const pooler = pgBouncerPerFile();
+
+describe.each(onEveryRoute(ADAPTERS))('transaction mode (%s, %s)', (route, adapter) => {
   let db: TestDatabase;
   let running: RunningApp;
 
   beforeAll(async () => {
     db = await createTestDatabase();
-    running = await startApp(adapter, [WebhookFixtureModule.forDatabase({ databaseUrl: db.url })]);
+    // Default options: behind the pooler the library has to cope on its own.
+    running = await startApp(adapter, [
+      WebhookFixtureModule.forDatabase({ databaseUrl: routeUrl(route, db, pooler) }),
+    ]);
   });
 
   afterAll(async () => {

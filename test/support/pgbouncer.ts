@@ -11,6 +11,12 @@ export interface PgBouncer {
   /** `url` of the same database, through the pooler. */
   urlFor(databaseUrl: string): string;
   port: number;
+  /**
+   * PgBouncer's own count of the connections of `database` (its admin console's `SHOW POOLS`):
+   * `clients` connected to it, `servers` it holds to Postgres. More clients than servers means
+   * the clients take turns on server connections.
+   */
+  pool(database: string): Promise<{ clients: number; servers: number }>;
   stop(): Promise<void>;
 }
 
@@ -20,6 +26,21 @@ export interface PgBouncerOptions {
   poolMode?: 'transaction' | 'session';
   /** Server connections per database and user; fewer than clients, as in production. @default 5 */
   poolSize?: number;
+  /**
+   * `server_round_robin`: hand out idle server connections oldest first, so consecutive
+   * transactions take turns on them, instead of PgBouncer's default of the last one used (which
+   * sends a lone client's transactions to the same server connection every time).
+   * @default false
+   */
+  serverRoundRobin?: boolean;
+  /**
+   * `query_wait_timeout`: how long a query may wait for a server connection before PgBouncer fails
+   * it (08P01) and closes its client. While Postgres is unreachable every query waits this long
+   * first (PgBouncer's default is 120 s); a webhook app wants it below its sender's timeout, and a
+   * test wants every wait bounded.
+   * @default 10
+   */
+  queryWaitTimeoutSeconds?: number;
 }
 
 /** How long pgbouncer gets to accept connections; it takes milliseconds when it works. */
@@ -50,9 +71,13 @@ export async function startPgBouncer(serverUrl: string, options: PgBouncerOption
       `listen_port = ${port}`,
       "unix_socket_dir = ''",
       'auth_type = trust',
+      // The admin console (database `pgbouncer`) answers SHOW POOLS for pool().
+      `admin_users = ${decodeURIComponent(server.username)}`,
       `auth_file = ${join(dir, 'userlist.txt')}`,
       `pool_mode = ${options.poolMode ?? 'transaction'}`,
       `default_pool_size = ${options.poolSize ?? 5}`,
+      `server_round_robin = ${options.serverRoundRobin ? 1 : 0}`,
+      `query_wait_timeout = ${options.queryWaitTimeoutSeconds ?? 10}`,
       'max_client_conn = 1000',
       'max_db_connections = 0',
       // node-postgres and TypeORM send these; PgBouncer refuses unknown startup parameters.
@@ -102,6 +127,25 @@ export async function startPgBouncer(serverUrl: string, options: PgBouncerOption
   return {
     urlFor,
     port,
+    async pool(database) {
+      const admin = new URL(urlFor(serverUrl));
+      admin.pathname = '/pgbouncer';
+      const client = new pg.Client({ connectionString: admin.toString() });
+      await client.connect();
+      try {
+        // The admin console speaks the simple protocol only: a query without parameters.
+        const { rows } = await client.query('SHOW POOLS');
+        const row = rows.find((pool: Record<string, unknown>) => pool.database === database);
+        const sum = (...columns: string[]) =>
+          columns.reduce((total, column) => total + Number(row?.[column] ?? 0), 0);
+        return {
+          clients: sum('cl_active', 'cl_waiting'),
+          servers: sum('sv_active', 'sv_idle', 'sv_used', 'sv_tested', 'sv_login'),
+        };
+      } finally {
+        await client.end();
+      }
+    },
     async stop() {
       if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM');
       await exited;

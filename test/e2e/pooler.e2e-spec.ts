@@ -1,0 +1,290 @@
+import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
+import pg from 'pg';
+import request from 'supertest';
+import { ClaimDatabase } from '../../lib/postgres/claim-database.js';
+import type { PreparedStatementsOption } from '../../lib/postgres/prepared-statements.js';
+import { WebhookFixtureModule } from '../fixtures/webhook-fixture.module.js';
+import { startApp, type RunningApp } from '../support/app.js';
+import { CLAIM_SQL, PREPARE_TRANSACTION_CLAIM } from '../support/claim-sql.js';
+import { createTestDatabase, type TestDatabase } from '../support/database.js';
+import { pgBouncerPerFile } from '../support/database-routes.js';
+import { LogCapture } from '../support/log-capture.js';
+import type { PgBouncer } from '../support/pgbouncer.js';
+
+/** The app's pg pool: more client connections than PgBouncer has server connections below. */
+const APP_CONNECTIONS = 8;
+/** PgBouncer's server connections per database in transaction mode. */
+const SERVER_CONNECTIONS = 3;
+/** Distinct events per run, and how many deliveries they get in all (a third are duplicates). */
+const EVENTS = 200;
+/** Deliveries in flight at once. */
+const IN_FLIGHT = 32;
+/** Deliveries are shuffled within windows this long, so most duplicates are in flight together. */
+const SHUFFLE_WINDOW = 48;
+/** No delivery may take longer; a hang fails the test with its event named. */
+const DELIVERY_TIMEOUT_MS = 30_000;
+/** A run of deliveries takes seconds; on a busy two-core machine, several times that. */
+const STRESS_TEST_MS = 120_000;
+
+const TURNED_OFF = 'Prepared statements turned off';
+
+/** What each mode's route writes: one row per effect, keyed by the event id. */
+const MODES = [
+  { mode: 'transaction', path: '/orders', effects: 'orders' },
+  { mode: 'external', path: '/external', effects: 'downstream_calls' },
+] as const;
+
+/** One delivery's answer. */
+interface Answer {
+  id: string;
+  status: number;
+  replayed: boolean;
+}
+
+/**
+ * Deliveries of `EVENTS` events named `<prefix>_<n>`: every event once, 2 in 5 twice more or
+ * thrice (a third of all deliveries are duplicates), in an order fixed by a seeded generator and
+ * shuffled only within windows, so that duplicates mostly arrive while the first is in flight.
+ */
+function deliveriesOf(prefix: string): string[] {
+  const ids: string[] = [];
+  for (let n = 0; n < EVENTS; n++) {
+    const id = `${prefix}_${n}`;
+    ids.push(id);
+    if (n % 5 === 0 || n % 5 === 2) ids.push(id);
+    if (n % 10 === 0) ids.push(id);
+  }
+  let seed = 0x9e3779b9;
+  const random = () => {
+    seed = (Math.imul(seed, 1_103_515_245) + 12_345) >>> 0;
+    return seed / 2 ** 32;
+  };
+  for (let start = 0; start < ids.length; start += SHUFFLE_WINDOW) {
+    const end = Math.min(ids.length, start + SHUFFLE_WINDOW);
+    for (let i = end - 1; i > start; i--) {
+      const j = start + Math.floor(random() * (i - start + 1));
+      [ids[i], ids[j]] = [ids[j], ids[i]];
+    }
+  }
+  return ids;
+}
+
+/** Sends every delivery, IN_FLIGHT at a time, and returns every answer. */
+async function deliverAll(url: string, path: string, ids: string[]): Promise<Answer[]> {
+  const answers: Answer[] = [];
+  let next = 0;
+  const worker = async () => {
+    while (next < ids.length) {
+      const id = ids[next++];
+      const response = await fetch(`${url}${path}`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ id }),
+        signal: AbortSignal.timeout(DELIVERY_TIMEOUT_MS),
+      }).catch((error: unknown) => {
+        throw new Error(`delivery of ${id} got no answer: ${String(error)}`, { cause: error });
+      });
+      await response.arrayBuffer();
+      answers.push({
+        id,
+        status: response.status,
+        replayed: response.headers.get('idempotent-replayed') === 'true',
+      });
+    }
+  };
+  await Promise.all(Array.from({ length: IN_FLIGHT }, worker));
+  return answers;
+}
+
+// Three server connections under the app's eight client connections.
+const transactionPooler = pgBouncerPerFile({ poolSize: SERVER_CONNECTIONS });
+// Server connections handed out in turn, for a claim that must meet them in a known order.
+const roundRobinPooler = pgBouncerPerFile({ poolSize: 2, serverRoundRobin: true });
+// Session mode ties a client connection to one server connection for its life: the server pool
+// must hold the app's whole pool, as it must in production.
+const sessionPooler = pgBouncerPerFile({ poolMode: 'session', poolSize: APP_CONNECTIONS });
+
+/**
+ * Through PgBouncer, default options, both modes: hundreds of deliveries, a third of them
+ * duplicates, from a small pool of app connections taking turns on fewer server connections. A
+ * transaction-mode pooler hands each transaction (and each statement outside one) whichever server
+ * connection is free, so the statements a client connection prepared are often not on the server
+ * connection its next delivery gets, which answers 42P05 or 26000 to the statement.
+ */
+describe.each(MODES)('through PgBouncer ($mode mode)', ({ mode, path, effects }) => {
+  let db: TestDatabase;
+  let running: RunningApp | undefined;
+  let logs: LogCapture;
+
+  beforeAll(async () => {
+    db = await createTestDatabase();
+  });
+
+  afterEach(async () => {
+    await running?.close();
+    running = undefined;
+  });
+
+  afterAll(async () => {
+    await db?.drop();
+  });
+
+  async function start(pooler: PgBouncer, preparedStatements?: PreparedStatementsOption) {
+    running = await startApp('express', [
+      WebhookFixtureModule.forDatabase({
+        databaseUrl: pooler.urlFor(db.url),
+        poolSize: APP_CONNECTIONS,
+        ...(preparedStatements !== undefined && { idempotency: { preparedStatements } }),
+      }),
+    ]);
+    logs = new LogCapture();
+    running.app.useLogger(logs);
+    return { url: running.url, prepared: running.app.get(ClaimDatabase, { strict: false }).prepared };
+  }
+
+  /**
+   * Sends every delivery of `prefix` and checks the promise: no 5xx, each event processed by
+   * exactly one delivery and its effect there exactly once, every claim done (none left
+   * in_progress or failed after its work). Returns PgBouncer's count of the app's connections.
+   */
+  async function deliverAndCheck(url: string, prefix: string, pooler: PgBouncer) {
+    const ids = deliveriesOf(prefix);
+    const events = [...new Set(ids)].sort();
+    expect(ids.length - events.length).toBeGreaterThanOrEqual(ids.length * 0.3);
+    const answers = await deliverAll(url, path, ids);
+
+    expect(answers.filter((answer) => answer.status >= 500)).toEqual([]);
+    expect(answers.filter((answer) => answer.status !== 200 && answer.status !== 409)).toEqual([]);
+    const processedBy = new Map<string, number>();
+    for (const answer of answers) {
+      if (answer.status === 200 && !answer.replayed)
+        processedBy.set(answer.id, (processedBy.get(answer.id) ?? 0) + 1);
+    }
+    expect([...processedBy.entries()].filter(([, count]) => count !== 1)).toEqual([]);
+    expect([...processedBy.keys()].sort()).toEqual(events);
+
+    const { rows: effectRows } = await db.pool.query<{ event_id: string; count: string }>(
+      `SELECT event_id, count(*) FROM ${effects} WHERE event_id LIKE $1 GROUP BY event_id ORDER BY event_id`,
+      [`${prefix}\\_%`],
+    );
+    expect(effectRows.filter((row) => row.count !== '1')).toEqual([]);
+    expect(effectRows.map((row) => row.event_id)).toEqual(events);
+    const { rows: claimRows } = await db.pool.query<{ status: string; count: string }>(
+      `SELECT status, count(*) FROM processed_events WHERE event_key LIKE $1 GROUP BY status`,
+      [`${prefix}\\_%`],
+    );
+    expect(claimRows).toEqual([{ status: 'done', count: String(events.length) }]);
+
+    return pooler.pool(db.name);
+  }
+
+  it(
+    'default options: no 5xx, every effect once, no lease left in progress, one warning that preparing stopped',
+    async () => {
+      const { url, prepared } = await start(transactionPooler());
+      const pool = await deliverAndCheck(url, `evt_pool_auto_${mode}`, transactionPooler());
+      expect(pool.servers).toBeLessThanOrEqual(SERVER_CONNECTIONS);
+      expect(pool.clients).toBeGreaterThan(pool.servers);
+      // More client connections than server connections: some statements met a server connection
+      // that had not prepared them, or already had, and 'auto' stopped preparing.
+      expect(prepared.active).toBe(false);
+      expect(prepared.missCount).toBeGreaterThanOrEqual(3);
+      expect(logs.find('warn', TURNED_OFF)).toHaveLength(1);
+      expect(logs.find('error')).toEqual([]);
+    },
+    STRESS_TEST_MS,
+  );
+
+  it(
+    'preparedStatements: true keeps preparing: more misses, each resent, still no 5xx and no stuck lease',
+    async () => {
+      const { url, prepared } = await start(transactionPooler(), true);
+      const pool = await deliverAndCheck(url, `evt_pool_true_${mode}`, transactionPooler());
+      expect(pool.servers).toBeLessThanOrEqual(SERVER_CONNECTIONS);
+      expect(pool.clients).toBeGreaterThan(pool.servers);
+      expect(prepared.active).toBe(true);
+      expect(prepared.missCount).toBeGreaterThan(3);
+      expect(logs.find('warn', TURNED_OFF)).toEqual([]);
+      expect(logs.find('error')).toEqual([]);
+    },
+    STRESS_TEST_MS,
+  );
+
+  it(
+    'session mode: a client keeps its server connection, so nothing is missed and statements stay prepared',
+    async () => {
+      const { url, prepared } = await start(sessionPooler());
+      const pool = await deliverAndCheck(url, `evt_pool_session_${mode}`, sessionPooler());
+      // Each client connection has a server connection of its own.
+      expect(pool.servers).toBe(pool.clients);
+      expect(prepared.missCount).toBe(0);
+      expect(prepared.active).toBe(true);
+      expect(logs.find('warn')).toEqual([]);
+    },
+    STRESS_TEST_MS,
+  );
+});
+
+/**
+ * A transaction-mode claim that misses again after correcting what it believed: behind a pooler
+ * each try is a new transaction, so it may land on yet another server connection. Here PgBouncer
+ * hands out its two server connections in turn, one that has the claim prepared and one that
+ * has not, so the claim meets 42P05 (PREPARE where it exists), then 26000 (EXECUTE where it does
+ * not), then would meet 42P05 again. Three tries answered 503 before; the last try goes inline.
+ */
+describe('a transaction claim that misses on every server connection it meets', () => {
+  let db: TestDatabase;
+  let running: RunningApp | undefined;
+
+  beforeAll(async () => {
+    db = await createTestDatabase();
+  });
+
+  afterAll(async () => {
+    await running?.close();
+    await db?.drop();
+  });
+
+  it('preparedStatements: true: 42P05, 26000, then inline: claimed once, no 503', async () => {
+    const url = roundRobinPooler().urlFor(db.url);
+    running = await startApp('express', [
+      WebhookFixtureModule.forDatabase({
+        databaseUrl: url,
+        poolSize: 1,
+        idempotency: { preparedStatements: true },
+      }),
+    ]);
+    const prepared = running.app.get(ClaimDatabase, { strict: false }).prepared;
+    const clients = Array.from({ length: 2 }, () => new pg.Client({ connectionString: url }));
+    try {
+      await Promise.all(clients.map((client) => client.connect()));
+      // Both server connections opened: two transactions at once hold one each.
+      await Promise.all(clients.map((client) => client.query('BEGIN')));
+      await Promise.all(clients.map((client) => client.query('COMMIT')));
+      // Each statement outside a transaction takes the next server connection in turn: the
+      // first prepares the claim, the second shows it has not, and the first is next again.
+      await clients[0].query(PREPARE_TRANSACTION_CLAIM);
+      const { rows } = await clients[1].query(
+        'SELECT count(*)::int AS count FROM pg_prepared_statements WHERE name = $1',
+        [CLAIM_SQL.transactionClaim.name],
+      );
+      expect(rows).toEqual([{ count: 0 }]);
+    } finally {
+      await Promise.all(clients.map((client) => client.end()));
+    }
+
+    // The app's connection never prepared the claim: PREPARE on the server that has it (42P05),
+    // EXECUTE on the one that has not (26000), and the next try would meet the first again.
+    const id = 'evt_pool_three_misses';
+    const answer = await request(running.url).post('/orders').send({ id });
+    expect(answer.status).toBe(200);
+    expect(answer.headers['idempotent-replayed']).toBeUndefined();
+    expect(prepared.missCount).toBe(2);
+    expect(await db.count('SELECT count(*) FROM orders WHERE event_id = $1', [id])).toBe(1);
+    const { rows } = await db.pool.query(
+      'SELECT status, attempts FROM processed_events WHERE event_key = $1',
+      [id],
+    );
+    expect(rows).toEqual([{ status: 'done', attempts: 1 }]);
+  });
+});
