@@ -245,3 +245,6 @@ export const abandonedClaimRemoved = (
   `retention removed ${scope} key ${key}: ${status === 'failed' ? 'failed' : 'a dead lease'} after ${attempts} attempts, last claimed more than ${days} days ago; its event will not be retried`;
 
 export const moreAbandonedClaims = (count: number) => `... and ${count} more abandoned claims removed`;
+
+export const keyTooManyBytes = (scope: string, keyBytes: number, scopeBytes: number, max: number) =>
+  `Idempotency key of ${scope} is ${keyBytes} bytes in UTF-8; with its scope's ${scopeBytes} that is more than the ${max} bytes PostgreSQL's index on the claims table can hold`;
