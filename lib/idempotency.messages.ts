@@ -319,3 +319,6 @@ export const cliDatabaseFailed = (command: string, error: unknown) =>
 
 export const cliTableMissing = (table: string) =>
   `the claims table ${table} does not exist in this database: check DATABASE_URL, and give --schema and --table as the module's schema and table options`;
+
+export const keyTooManyBytes = (scope: string, keyBytes: number, scopeBytes: number, max: number) =>
+  `Idempotency key of ${scope} is ${keyBytes} bytes in UTF-8; with its scope's ${scopeBytes} that is more than the ${max} bytes PostgreSQL's index on the claims table can hold`;

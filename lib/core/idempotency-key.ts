@@ -6,16 +6,28 @@ import {
   keyNotString,
   keyNotWellFormed,
   keyTooLong,
+  keyTooManyBytes,
 } from '../idempotency.messages.js';
 
 /** A UTF-16 surrogate without its pair (String.prototype.isWellFormed is ES2024). */
 const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
 
 /**
+ * The most UTF-8 bytes a claim's scope and key may take together. The claims table's primary key
+ * is a btree on (scope, event_key), and PostgreSQL refuses an index entry over 2704 bytes (with
+ * 8 kB pages): an incompressible scope and key of about 2687 bytes together is the most an insert
+ * takes. Refused there, the claim would be a 503 the sender retries forever; this bound keeps a
+ * margin below it, and does not depend on how well a key happens to compress.
+ */
+export const MAX_CLAIM_KEY_BYTES = 2600;
+
+/**
  * The key, if it can be stored as given: a non-empty string of at most `maxLength` characters,
  * without NUL (PostgreSQL text cannot hold it: the insert would fail, and a refused claim is a
- * 503 the sender retries forever) and without lone surrogates (stored as UTF-8 they become
- * U+FFFD and collide). Every transport checks keys here; a rejection writes nothing.
+ * 503 the sender retries forever), without lone surrogates (stored as UTF-8 they become U+FFFD
+ * and collide), and small enough for the claims table's index with its scope (MAX_CLAIM_KEY_BYTES;
+ * only a `maxKeyLength` raised above the default lets a key get there). Every transport checks
+ * keys here; a rejection writes nothing.
  */
 export function checkIdempotencyKey(scope: string, key: unknown, maxLength: number): string {
   if (typeof key !== 'string') throw invalid(scope, keyNotString(scope, key));
@@ -23,6 +35,15 @@ export function checkIdempotencyKey(scope: string, key: unknown, maxLength: numb
   if (key.length > maxLength) throw invalid(scope, keyTooLong(scope, key.length, maxLength));
   if (key.includes('\u0000')) throw invalid(scope, keyHasNul(scope));
   if (LONE_SURROGATE.test(key)) throw invalid(scope, keyNotWellFormed(scope));
+  // A UTF-16 code unit is at most 3 bytes of UTF-8: short keys (every key under the default
+  // maxKeyLength) fit without counting.
+  if ((scope.length + key.length) * 3 > MAX_CLAIM_KEY_BYTES) {
+    const keyBytes = Buffer.byteLength(key, 'utf8');
+    const scopeBytes = Buffer.byteLength(scope, 'utf8');
+    if (scopeBytes + keyBytes > MAX_CLAIM_KEY_BYTES) {
+      throw invalid(scope, keyTooManyBytes(scope, keyBytes, scopeBytes, MAX_CLAIM_KEY_BYTES));
+    }
+  }
   return key;
 }
 

@@ -26,7 +26,9 @@ export interface IdempotencyModuleOptions {
    */
   retryAfterSeconds?: number;
   /**
-   * Longest key accepted; longer keys get 400 and nothing is written.
+   * Longest key accepted (UTF-16 code units); longer keys get 400 and nothing is written. Raised
+   * far above the default, a key is also refused when it and its scope take more than 2600 bytes
+   * of UTF-8: PostgreSQL's index on the claims table cannot hold a larger entry.
    * @default 255
    */
   maxKeyLength?: number;

@@ -1,5 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import request from 'supertest';
+import { MAX_CLAIM_KEY_BYTES } from '../../lib/core/idempotency-key.js';
+import { keyTooManyBytes } from '../../lib/idempotency.messages.js';
 import { ADAPTERS, startApp, type RunningApp } from '../support/app.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import { BadInputController, OVERLONG_KEY } from '../fixtures/bad-input.fixture.js';
@@ -14,6 +16,8 @@ describe.each(ADAPTERS)('bad input (%s)', (adapter) => {
   let db: TestDatabase;
   let running: RunningApp;
   let tight: RunningApp;
+  /** maxKeyLength far above the default: only the claims index's byte bound limits a key. */
+  let roomy: RunningApp;
 
   beforeAll(async () => {
     db = await createTestDatabase();
@@ -28,16 +32,24 @@ describe.each(ADAPTERS)('bad input (%s)', (adapter) => {
         idempotency: { maxKeyLength: 16 },
       }),
     ]);
+    roomy = await startApp(adapter, [
+      WebhookFixtureModule.forDatabase({
+        databaseUrl: db.url,
+        controllers,
+        idempotency: { maxKeyLength: 100_000 },
+      }),
+    ]);
   });
 
   afterAll(async () => {
     await running?.close();
     await tight?.close();
+    await roomy?.close();
     await db?.drop();
   });
 
   const totalCalls = () =>
-    [running, tight]
+    [running, tight, roomy]
       .flatMap(({ app }) => [...app.get(BadInputController).calls.values()])
       .reduce((sum, calls) => sum + calls, 0);
   const written = async () => ({
@@ -175,6 +187,48 @@ describe.each(ADAPTERS)('bad input (%s)', (adapter) => {
     const fits = 'k'.repeat(16);
     expect((await request(tight.url).post('/bad/by-id').send({ id: fits })).status).toBe(200);
     expect(await db.count('SELECT count(*) FROM processed_events WHERE event_key = $1', [fits])).toBe(1);
+  });
+
+  /** `length` characters from `alphabet`, pseudo-random from `seed`: a key PostgreSQL cannot compress. */
+  const incompressible = (alphabet: string, length: number, seed: number) => {
+    let state = seed;
+    return Array.from({ length }, () => {
+      state = (state * 1103515245 + 12345) % 2 ** 31;
+      // The high bits: an LCG's low bits repeat within a few steps, which compresses.
+      return alphabet[Math.floor(state / 2 ** 15) % alphabet.length];
+    }).join('');
+  };
+  const CJK = Array.from({ length: 2000 }, (_, index) => String.fromCharCode(0x4e00 + index)).join('');
+  const ASCII = Array.from({ length: 90 }, (_, index) => String.fromCharCode(0x21 + index)).join('');
+
+  it('rejects a key too large for the claims index, which a raised maxKeyLength lets through', async () => {
+    // 1000 CJK characters are 3000 bytes of UTF-8: PostgreSQL refuses such an index entry, which
+    // answered 503 "database unavailable" on every delivery, a retry loop that never ends.
+    const key = incompressible(CJK, 1000, 7);
+    for (const [path, scope] of [
+      ['/orders', 'FixtureController.order'],
+      ['/external', 'FixtureController.external'],
+      ['/bad/by-id', 'BadInputController.byId'],
+    ]) {
+      await expectRejected(
+        () => request(roomy.url).post(path).send({ id: key }),
+        keyTooManyBytes(scope, 3000, scope.length, MAX_CLAIM_KEY_BYTES),
+      );
+    }
+  });
+
+  it('accepts an incompressible key that fills the bound exactly (the control)', async () => {
+    const scope = 'FixtureController.order';
+    const key = incompressible(ASCII, MAX_CLAIM_KEY_BYTES - scope.length, adapter.length);
+    const answer = await request(roomy.url).post('/orders').send({ id: key });
+    expect(answer.status).toBe(200);
+    expect(answer.body).toEqual({ processed: key });
+    const { rows } = await db.pool.query(
+      'SELECT status FROM processed_events WHERE scope = $1 AND event_key = $2',
+      [scope, key],
+    );
+    expect(rows).toEqual([{ status: 'done' }]);
+    expect(await db.count('SELECT count(*) FROM orders WHERE event_id = $1', [key])).toBe(1);
   });
 
   it('rejects a body without the key field', async () => {

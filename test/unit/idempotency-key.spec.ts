@@ -1,6 +1,10 @@
 import { describe, expect, it } from '@jest/globals';
 import fc from 'fast-check';
-import { checkIdempotencyKey, extractIdempotencyKey } from '../../lib/core/idempotency-key.js';
+import {
+  checkIdempotencyKey,
+  extractIdempotencyKey,
+  MAX_CLAIM_KEY_BYTES,
+} from '../../lib/core/idempotency-key.js';
 import { InvalidIdempotencyKeyError } from '../../lib/idempotency.errors.js';
 import {
   keyEmpty,
@@ -9,6 +13,7 @@ import {
   keyNotString,
   keyNotWellFormed,
   keyTooLong,
+  keyTooManyBytes,
 } from '../../lib/idempotency.messages.js';
 
 const SCOPE = 'PaymentsController.stripe';
@@ -136,6 +141,72 @@ describe('checkIdempotencyKey', () => {
     expect(emoji).toHaveLength(MAX);
     expect(checkIdempotencyKey(SCOPE, emoji, MAX)).toBe(emoji);
     expect(checkIdempotencyKey(SCOPE, 'abc', 3)).toBe('abc');
+  });
+
+  describe('with a maxKeyLength raised far above the default', () => {
+    /** Large enough that only the byte bound applies. */
+    const ROOMY = 100_000;
+    const SCOPE_BYTES = Buffer.byteLength(SCOPE);
+    /** A key of exactly `bytes` UTF-8 bytes in `char`'s script, padded with ASCII. */
+    const keyOfBytes = (char: string, bytes: number) => {
+      const width = Buffer.byteLength(char);
+      return char.repeat(Math.floor(bytes / width)) + 'k'.repeat(bytes % width);
+    };
+
+    it.each([
+      ['ASCII', 'k'],
+      ['2-byte Cyrillic', 'ж'],
+      ['3-byte CJK', '注'],
+      ['4-byte emoji', '😀'],
+    ])(
+      'accepts a %s key that fills the index entry with its scope, and refuses one byte more',
+      (_script, char) => {
+        const fits = keyOfBytes(char, MAX_CLAIM_KEY_BYTES - SCOPE_BYTES);
+        expect(checkIdempotencyKey(SCOPE, fits, ROOMY)).toBe(fits);
+        const over = `${fits}k`;
+        expectRejected(
+          () => checkIdempotencyKey(SCOPE, over, ROOMY),
+          keyTooManyBytes(SCOPE, Buffer.byteLength(over), SCOPE_BYTES, MAX_CLAIM_KEY_BYTES),
+        );
+      },
+    );
+
+    it('counts the scope too: a longer scope leaves the key fewer bytes', () => {
+      const scope = `${'S'.repeat(200)}.handle`;
+      const key = 'k'.repeat(MAX_CLAIM_KEY_BYTES - SCOPE_BYTES);
+      expect(checkIdempotencyKey(SCOPE, key, ROOMY)).toBe(key);
+      const error = thrown(() => checkIdempotencyKey(scope, key, ROOMY));
+      expect(error).toMatchObject({
+        message: keyTooManyBytes(scope, key.length, scope.length, MAX_CLAIM_KEY_BYTES),
+        scope,
+      });
+      expect(keyTooManyBytes(SCOPE, 3000, 25, 2600)).toBe(
+        `Idempotency key of ${SCOPE} is 3000 bytes in UTF-8; with its scope's 25 that is more than the 2600 bytes PostgreSQL's index on the claims table can hold`,
+      );
+    });
+
+    it('never refuses a key within the default maxKeyLength for its bytes, whatever its script and scope', () => {
+      const scope = '注'.repeat(255);
+      const key = '注'.repeat(MAX);
+      expect(checkIdempotencyKey(scope, key, MAX)).toBe(key);
+    });
+
+    it('property: a long well-formed key is accepted exactly when it and its scope fit in the bound', () => {
+      const longKey = fc.string({ unit: codePoint, minLength: 300, maxLength: 2_000, size: 'max' });
+      fc.assert(
+        fc.property(longKey, (key) => {
+          const bytes = Buffer.byteLength(key);
+          if (SCOPE_BYTES + bytes <= MAX_CLAIM_KEY_BYTES)
+            expect(checkIdempotencyKey(SCOPE, key, ROOMY)).toBe(key);
+          else
+            expectRejected(
+              () => checkIdempotencyKey(SCOPE, key, ROOMY),
+              keyTooManyBytes(SCOPE, bytes, SCOPE_BYTES, MAX_CLAIM_KEY_BYTES),
+            );
+        }),
+        { numRuns: 300 },
+      );
+    });
   });
 
   it('property: any well-formed string of length 1..max without NUL is accepted unchanged', () => {
