@@ -11,6 +11,9 @@ import type { IdempotencyClaimOptions } from '../interfaces/index.js';
 import { IDEMPOTENCY_MODES } from '../strategies/claim-strategies.js';
 import type { ClaimSpec } from './claim-strategy.js';
 
+/** The claims table's scope and source columns are varchar(255). */
+const MAX_SCOPE_LENGTH = 255;
+
 /**
  * Checks a handler's claim options and resolves them to the spec its deliveries run with. A
  * mistake is a TypeError naming `where` (the decorator, or the service call), thrown when the
@@ -28,6 +31,17 @@ export function resolveClaimSpec(
   const source = options.source ?? scope;
   if (typeof source !== 'string' || source.length === 0)
     throw fail(claimOptionType('source', 'a non-empty string'));
+  // Both columns are varchar(255): a longer one would make every claim fail, answered 503 forever.
+  for (const [option, value] of [
+    ['scope', scope],
+    ['source', source],
+  ] as const) {
+    if ([...value].length > MAX_SCOPE_LENGTH) {
+      throw fail(
+        claimOptionType(option, `at most ${MAX_SCOPE_LENGTH} characters (got ${[...value].length})`),
+      );
+    }
+  }
 
   const { external } = options;
   if (external !== undefined && typeof external !== 'boolean')

@@ -201,4 +201,13 @@ describe('resolveClaimSpec', () => {
     }
     expect((failure as Error).message).toBe('IdempotencyService.run scope must be a non-empty string');
   });
+
+  it.each(['scope', 'source'] as const)('refuses a %s longer than its varchar(255) column', (option) => {
+    const long = 'é'.repeat(256);
+    expectRefused(
+      { ...(option === 'source' ? { scope: 'Scope.method' } : {}), [option]: long },
+      `${WHERE} ${option} must be at most 255 characters (got 256)`,
+    );
+    expect(resolveClaimSpec(WHERE, { [option]: 'é'.repeat(255) }, 'Scope.method')[option]).toHaveLength(255);
+  });
 });
