@@ -3,7 +3,7 @@
  * and serves the webhook endpoints until SIGTERM or Ctrl-C. See the "Sample" section of README.md.
  */
 import 'reflect-metadata';
-import { Logger } from '@nestjs/common';
+import { Logger, type NestApplicationOptions } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import type { NestExpressApplication } from '@nestjs/platform-express';
 import { AppModule } from './app.module.js';
@@ -19,14 +19,21 @@ try {
   const config = loadSampleConfig();
   const database = await openSampleDatabase(config);
   shutdown.manage({ database });
-  const app = await NestFactory.create<NestExpressApplication>(AppModule.forRoot(config, database.url), {
+  // Typed wider than Nest 11's options, which lack return503OnClosing (the sample runs on both).
+  const options: NestApplicationOptions & { return503OnClosing?: boolean } = {
     // Stripe signs the exact bytes it sent; the signature guard needs them, not re-serialised JSON.
     rawBody: true,
-    // While draining, requests arriving on open connections get 503 (Stripe retries those).
+    // While draining, requests arriving on open connections get 503 (Stripe retries those). Nest 12
+    // only: Nest 11 ignores it and serves them, and the drain's idle sweep closes each connection
+    // as it goes idle.
     return503OnClosing: true,
     // Start-up errors are thrown to the catch below (which stops the database), not process.abort().
     abortOnError: false,
-  });
+  };
+  const app = await NestFactory.create<NestExpressApplication>(
+    AppModule.forRoot(config, database.url),
+    options,
+  );
   // Managed before listen: a port already in use must still close the app and its pool.
   shutdown.manage({ app });
   await app.listen(config.port);

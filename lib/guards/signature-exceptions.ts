@@ -4,20 +4,21 @@ import type { WebhookSignatureError } from './webhook-signature.error.js';
 /**
  * The HTTP answers of the signature guards, as classes an exception filter can match with
  * `instanceof`. Each message names the header it is about. Thrown by a guard, so before the
- * interceptor: nothing is claimed or written.
+ * interceptor: nothing is claimed or written. The description (the body's `error`) is given: Nest
+ * 11 leaves it out when the second argument is an options object, Nest 12 defaults it.
  */
 
 /** 400: the signature header is missing or not in the sender's format. */
 export class MalformedSignatureException extends BadRequestException {
   constructor(readonly error: WebhookSignatureError) {
-    super(error.message, { cause: error });
+    super(error.message, { cause: error, description: 'Bad Request' });
   }
 }
 
 /** 401: the signature does not match the raw body, or its timestamp is outside the tolerance. */
 export class InvalidSignatureException extends UnauthorizedException {
   constructor(readonly error: WebhookSignatureError) {
-    super(error.message, { cause: error });
+    super(error.message, { cause: error, description: 'Unauthorized' });
   }
 }
 

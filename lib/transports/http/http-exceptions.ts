@@ -15,12 +15,15 @@ import type {
  * The HTTP answers of the library's errors, as classes an exception filter can match with
  * `instanceof`. Each keeps the transport-neutral error as `cause`; the two that ask for a retry
  * carry `retryAfterSeconds`, which the interceptor has already sent as `Retry-After`.
+ *
+ * The description (the body's `error`) is given, not left to Nest: Nest 12 defaults it when the
+ * second argument is an options object, Nest 11 leaves it out, and the body must not depend on it.
  */
 
 /** 400: the key extractor threw or returned an unusable key; nothing was written. */
 export class InvalidIdempotencyKeyException extends BadRequestException {
   constructor(readonly error: InvalidIdempotencyKeyError) {
-    super(error.message, { cause: error });
+    super(error.message, { cause: error, description: 'Bad Request' });
   }
 }
 
@@ -42,7 +45,7 @@ export class IdempotencyUnavailableException extends ServiceUnavailableException
   readonly retryAfterSeconds: number;
 
   constructor(readonly error: IdempotencyUnavailableError) {
-    super(error.message, { cause: error });
+    super(error.message, { cause: error, description: 'Service Unavailable' });
     this.retryAfterSeconds = error.retryAfterSeconds;
   }
 }
@@ -50,6 +53,6 @@ export class IdempotencyUnavailableException extends ServiceUnavailableException
 /** 500: the handler went on after a failed statement, so PostgreSQL rolled the COMMIT back. */
 export class TransactionAbortedException extends InternalServerErrorException {
   constructor(readonly error: TransactionAbortedError) {
-    super(error.message, { cause: error });
+    super(error.message, { cause: error, description: 'Internal Server Error' });
   }
 }
