@@ -25,6 +25,13 @@ export {
 export { IdempotencyMetrics } from './idempotency.metrics.js';
 export { ExpiredLeaseReporter } from './maintenance/expired-lease.reporter.js';
 export {
+  IdempotentWorker,
+  IDEMPOTENT_WORKER_METADATA,
+} from './transports/queue/idempotent-worker.decorator.js';
+export { QueueHandoff } from './transports/queue/queue-handoff.js';
+export { HandoffMetrics } from './transports/queue/handoff-metrics.js';
+export type { SqlExecutor } from './core/claim-strategy.js';
+export {
   IDEMPOTENCY_ENTITIES,
   idempotencyEntities,
   ProcessedEvent,
@@ -52,7 +59,13 @@ export {
 export type {
   ClaimOutcome,
   ClaimOutcomeEvent,
+  DeadLetteredJob,
+  EnqueueOptions,
   ExpiredLease,
+  HandedOffEvent,
+  HandoffJob,
+  HandoffOptions,
+  HandoffQueueOptions,
   IdempotencyClaimOptions,
   IdempotencyKeyExtractor,
   IdempotencyModuleExtras,
@@ -61,6 +74,9 @@ export type {
   IdempotentRunOptions,
   IdempotentRunResult,
   IdempotentWebhookOptions,
+  IdempotentWorkerOptions,
+  JobOutcome,
+  QueueStats,
   AbandonedClaim,
   PoisonEvent,
   ReporterRunResult,

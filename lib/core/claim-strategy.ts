@@ -18,10 +18,23 @@ export interface ClaimSpec {
   readonly heartbeat?: boolean;
 }
 
+/**
+ * SQL sent on one connection, in the shape libraries that write inside a caller's transaction
+ * take (pg-boss's `db` option): pg's result, whose `rows` such a library reads.
+ */
+export interface SqlExecutor {
+  executeSql(text: string, values?: unknown[]): Promise<{ rows: any[]; rowCount: number | null }>;
+}
+
 /** What a strategy hands the work it runs under a claim. */
 export interface ClaimHandle {
   /** The manager the work writes through: the claim's transaction, or the DataSource's. */
   manager: EntityManager;
+  /**
+   * Transaction mode: SQL on the claim transaction's own connection (what a job enqueued with
+   * the delivery is written through), refused once the transaction is over.
+   */
+  executor?: SqlExecutor;
   /** External mode: the claim's fencing token. */
   leaseToken?: string;
   /** External mode: 1 for the first claim, then +1 for each re-claim. */

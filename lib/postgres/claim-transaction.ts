@@ -1,6 +1,7 @@
 import type { PoolClient, QueryResult } from 'pg';
 import type { EntityManager, QueryRunner } from 'typeorm';
-import { claimUnsettled } from '../idempotency.messages.js';
+import type { SqlExecutor } from '../core/claim-strategy.js';
+import { claimTransactionOver, claimUnsettled } from '../idempotency.messages.js';
 import { beginAndClaimSql, type ClaimStatements } from './claim.sql.js';
 import { DUPLICATE_PREPARED_STATEMENT, errorCode } from './pg-errors.js';
 import type { PreparedStatements } from './prepared-statements.js';
@@ -63,7 +64,7 @@ export interface ClaimTransactionOptions {
  * (its `manager.transaction()` nests as a savepoint). TypeORM subscribers still hear of every
  * start, commit and rollback: when the DataSource has any, those go through the runner.
  */
-export class ClaimTransaction {
+export class ClaimTransaction implements SqlExecutor {
   private client?: PoolClient;
   /** release() was called: the runner's release from then on is ours, not a lost connection's. */
   private released = false;
@@ -176,6 +177,20 @@ export class ClaimTransaction {
    */
   get connectionLost(): boolean {
     return this.runner.isReleased && !this.released;
+  }
+
+  /**
+   * Runs `text` on this transaction's own connection, inside the transaction: what a library that
+   * takes a caller's connection (pg-boss's `db` option) writes through, so its rows commit or roll
+   * back with the claim. TypeORM's manager.query() cannot serve there: it answers an UPDATE or a
+   * DELETE with a [rows, count] pair. Refused once the transaction is over, so that a handler that
+   * kept it cannot autocommit on a connection returned to the pool.
+   */
+  executeSql(text: string, values?: unknown[]): Promise<QueryResult> {
+    if (!this.client || !this.runner.isTransactionActive || this.released) {
+      return Promise.reject(new Error(claimTransactionOver()));
+    }
+    return this.client.query(text, values);
   }
 
   /**

@@ -134,7 +134,7 @@ export class TransactionStrategy implements ClaimStrategy {
           const started = performance.now();
           let value: T;
           try {
-            value = await work({ manager: transaction.manager });
+            value = await work({ manager: transaction.manager, executor: transaction });
           } catch (error) {
             this.warnIfSlow(spec.scope, performance.now() - started);
             await rollbackQuietly(transaction);
