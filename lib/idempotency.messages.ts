@@ -251,7 +251,8 @@ export const moreAbandonedClaims = (count: number) => `... and ${count} more aba
 export const claimTransactionOver = () =>
   `The claim transaction is over: SQL through the delivery's executor (and IdempotencyContext.enqueue()) must run inside the handler, before it returns`;
 
-export const badHandoffOption = (path: string, detail: string) => `IdempotencyModule option ${path} ${detail}`;
+export const badHandoffOption = (path: string, detail: string) =>
+  `IdempotencyModule option ${path} ${detail}`;
 
 export const pgBossMissing = (error: unknown) =>
   `IdempotencyModule option handoff needs pg-boss, an optional peer dependency (npm install pg-boss@^10.4): ${describe(error)}`;

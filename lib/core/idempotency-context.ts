@@ -100,7 +100,8 @@ export class IdempotencyContext {
     } catch (error) {
       return Promise.reject(error);
     }
-    if (!this.enqueuer) return Promise.reject(new Error(handoffNotConfigured('IdempotencyContext.enqueue()')));
+    if (!this.enqueuer)
+      return Promise.reject(new Error(handoffNotConfigured('IdempotencyContext.enqueue()')));
     return this.enqueuer.enqueue(delivery, queue, data, options);
   }
 

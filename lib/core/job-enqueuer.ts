@@ -7,7 +7,12 @@ import type { IdempotentDelivery } from './idempotency-context.js';
  */
 export interface JobEnqueuer {
   /** Writes a job for `delivery`'s event through its claim transaction; resolves with the job's id. */
-  enqueue(delivery: IdempotentDelivery, queue: string, data: unknown, options?: EnqueueOptions): Promise<string>;
+  enqueue(
+    delivery: IdempotentDelivery,
+    queue: string,
+    data: unknown,
+    options?: EnqueueOptions,
+  ): Promise<string>;
 }
 
 /** DI token of the module's JobEnqueuer. */

@@ -140,7 +140,15 @@ export class ExpiredLeaseReporter implements OnApplicationBootstrap, OnModuleDes
     }
     const deadLettered = await this.handoff.report(true);
     const { deleted, abandoned } = await this.applyRetention();
-    return { skipped: false, expired: expired.leases, expiredCount, poison, deleted, abandoned, deadLettered };
+    return {
+      skipped: false,
+      expired: expired.leases,
+      expiredCount,
+      poison,
+      deleted,
+      abandoned,
+      deadLettered,
+    };
   }
 
   private async tick(): Promise<void> {

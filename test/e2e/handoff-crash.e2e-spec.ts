@@ -24,7 +24,12 @@ const SETTLE_MS = 30_000;
 
 /** Quick retries, expiry and maintenance, so a dead worker's job comes back within seconds. */
 const quick = (expireInSeconds: number): HandoffOptions => {
-  const queue: HandoffQueueOptions = { retryLimit: 5, retryDelaySeconds: 0, retryBackoff: false, expireInSeconds };
+  const queue: HandoffQueueOptions = {
+    retryLimit: 5,
+    retryDelaySeconds: 0,
+    retryBackoff: false,
+    expireInSeconds,
+  };
   return {
     schema: SCHEMA,
     pollingIntervalMs: 100,
@@ -97,14 +102,17 @@ describe('handoff crashes and races (child processes)', () => {
     });
   const jobs = (queue: string, key: string) =>
     db.pool
-      .query(`SELECT id, state, retry_count FROM ${SCHEMA}.job WHERE name = $1 AND data->'event'->>'key' = $2`, [
-        queue,
-        key,
-      ])
+      .query(
+        `SELECT id, state, retry_count FROM ${SCHEMA}.job WHERE name = $1 AND data->'event'->>'key' = $2`,
+        [queue, key],
+      )
       .then((result) => result.rows as { id: string; state: string; retry_count: number }[]);
   const claim = (scope: string, key: string) =>
     db.pool
-      .query('SELECT status, attempts FROM processed_events WHERE scope = $1 AND event_key = $2', [scope, key])
+      .query('SELECT status, attempts FROM processed_events WHERE scope = $1 AND event_key = $2', [
+        scope,
+        key,
+      ])
       .then((result) => result.rows[0] as { status: string; attempts: number } | undefined);
   const effects = (key: string) =>
     db.pool

@@ -97,7 +97,8 @@ describe('handoff to a worker (pg-boss)', () => {
     db.pool
       .query('SELECT status FROM processed_events WHERE scope = $1 AND event_key = $2', [scope, key])
       .then((result) => result.rows[0]?.status as string | undefined);
-  const effects = (key: string) => db.count('SELECT count(*) FROM downstream_calls WHERE event_id = $1', [key]);
+  const effects = (key: string) =>
+    db.count('SELECT count(*) FROM downstream_calls WHERE event_id = $1', [key]);
   const orders = (key: string) => db.count('SELECT count(*) FROM orders WHERE event_id = $1', [key]);
 
   it('answers 200 once claim, order and job have committed together; the worker runs the job once', async () => {
@@ -117,14 +118,17 @@ describe('handoff to a worker (pg-boss)', () => {
     });
 
     const worker = await start({ web: false, workers: ['tx'] });
-    await waitUntil(async () => (await jobs(TX_QUEUE, 'evt_commit'))[0]?.state === 'completed', 'the job completed');
+    await waitUntil(
+      async () => (await jobs(TX_QUEUE, 'evt_commit'))[0]?.state === 'completed',
+      'the job completed',
+    );
     expect(await effects('evt_commit')).toBe(1);
     expect(await claimStatus(TX_WORKER_SCOPE, 'evt_commit')).toBe('done');
     // The worker's claim takes the enqueuing delivery's source.
-    const source = await db.pool.query('SELECT source FROM processed_events WHERE scope = $1 AND event_key = $2', [
-      TX_WORKER_SCOPE,
-      'evt_commit',
-    ]);
+    const source = await db.pool.query(
+      'SELECT source FROM processed_events WHERE scope = $1 AND event_key = $2',
+      [TX_WORKER_SCOPE, 'evt_commit'],
+    );
     expect(source.rows[0].source).toBe('fixture');
     expect(worker.app.get(HandoffMetrics).snapshot().jobs[TX_QUEUE]).toEqual({ completed: 1 });
   });
@@ -156,7 +160,10 @@ describe('handoff to a worker (pg-boss)', () => {
     expect((await web.app.get(QueueHandoff).stats())[TX_QUEUE].queued).toBeGreaterThanOrEqual(1);
 
     await start({ web: false, workers: ['tx'] });
-    await waitUntil(async () => (await jobs(TX_QUEUE, 'evt_dup'))[0]?.state === 'completed', 'the job completed');
+    await waitUntil(
+      async () => (await jobs(TX_QUEUE, 'evt_dup'))[0]?.state === 'completed',
+      'the job completed',
+    );
     expect(await effects('evt_dup')).toBe(1);
     expect(await orders('evt_dup')).toBe(1);
   });
@@ -177,7 +184,9 @@ describe('handoff to a worker (pg-boss)', () => {
     });
     expect(response.status).toBe(500);
     expect(await claimStatus('HandoffController.external', 'evt_external')).toBe('failed');
-    expect(await db.count(`SELECT count(*) FROM ${SCHEMA}.job WHERE data->'event'->>'key' = 'evt_external'`)).toBe(0);
+    expect(
+      await db.count(`SELECT count(*) FROM ${SCHEMA}.job WHERE data->'event'->>'key' = 'evt_external'`),
+    ).toBe(0);
   });
 
   it('retries a failing job with pg-boss, then dead-letters it; the reporter reports it and the metrics count it', async () => {
@@ -285,7 +294,12 @@ describe('handoff boot checks', () => {
   async function boot(metadata: { controllers?: any[]; providers?: any[] }, handoff?: HandoffOptions) {
     @Module({
       imports: [
-        TypeOrmModule.forRoot({ type: 'postgres', url: db.url, entities: [...IDEMPOTENCY_ENTITIES], retryAttempts: 0 }),
+        TypeOrmModule.forRoot({
+          type: 'postgres',
+          url: db.url,
+          entities: [...IDEMPOTENCY_ENTITIES],
+          retryAttempts: 0,
+        }),
         IdempotencyModule.forRoot({ prometheus: false, reporter: false, handoff }),
       ],
       ...metadata,

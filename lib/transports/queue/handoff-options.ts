@@ -109,9 +109,7 @@ export function resolveHandoffOptions(value: unknown, suggest: Suggest): Handoff
 export function resolveQueueSettings(name: string, settings: unknown, suggest: Suggest): QueueSettings {
   const path = `handoff.queues['${name}']`;
   if (!isQueueName(name)) {
-    throw new Error(
-      badHandoffOption(path, 'is not a queue name: use 1 to 100 letters, digits, and _ . - /'),
-    );
+    throw new Error(badHandoffOption(path, 'is not a queue name: use 1 to 100 letters, digits, and _ . - /'));
   }
   const options = (
     settings === undefined ? {} : checkObject(path, settings, QUEUE_LEVEL, suggest)
@@ -175,7 +173,9 @@ function checkObject(
 function whole(path: string, value: unknown, fallback: number, min: number, max: number): number {
   if (value === undefined) return fallback;
   if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > max) {
-    throw new Error(badHandoffOption(path, `must be a whole number from ${min} to ${max}, got ${show(value)}`));
+    throw new Error(
+      badHandoffOption(path, `must be a whole number from ${min} to ${max}, got ${show(value)}`),
+    );
   }
   return value;
 }

@@ -53,6 +53,8 @@ export function IdempotentWorker(queue: string, options: IdempotentWorkerOptions
       ),
     );
   }
+  // Checked now, so a mistake fails at import; the scope is known only once the method is.
+  resolveClaimSpec('@IdempotentWorker', claim, 'IdempotentWorker');
   return (target, propertyKey, descriptor: PropertyDescriptor) => {
     const scope = `${target.constructor.name}.${String(propertyKey)}`;
     const spec = resolveClaimSpec('@IdempotentWorker', claim, scope);

@@ -60,6 +60,6 @@ export async function loadPgBoss(): Promise<PgBossConstructor> {
     const module = (await import('pg-boss')) as unknown as { default: PgBossConstructor };
     return module.default;
   } catch (error) {
-    throw new Error(pgBossMissing(error));
+    throw new Error(pgBossMissing(error), { cause: error });
   }
 }

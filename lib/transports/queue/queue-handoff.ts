@@ -119,7 +119,10 @@ export class QueueHandoff implements JobEnqueuer, OnModuleInit, OnApplicationBoo
     for (const [name, settings] of this.handoff.queues) this.queues.set(name, settings);
     for (const worker of this.workers) {
       if (!this.queues.has(worker.queue)) {
-        this.queues.set(worker.queue, resolveQueueSettings(worker.queue, undefined, () => undefined));
+        this.queues.set(
+          worker.queue,
+          resolveQueueSettings(worker.queue, undefined, () => undefined),
+        );
       }
     }
     const PgBoss = await loadPgBoss();
@@ -222,7 +225,9 @@ export class QueueHandoff implements JobEnqueuer, OnModuleInit, OnApplicationBoo
     if (!this.statements) return {};
     const names = [...this.queues.keys()];
     const deadLetters = [...this.queues.values()].map((settings) => settings.deadLetter);
-    const { rows } = await this.db.executeSql(this.statements.stats, [[...new Set([...names, ...deadLetters])]]);
+    const { rows } = await this.db.executeSql(this.statements.stats, [
+      [...new Set([...names, ...deadLetters])],
+    ]);
     const byName = new Map(rows.map((row) => [row.name as string, row]));
     const result: Record<string, QueueStats> = {};
     for (const [name, settings] of this.queues) {
@@ -311,17 +316,15 @@ export class QueueHandoff implements JobEnqueuer, OnModuleInit, OnApplicationBoo
   private *workerMethods(wrapper: InstanceWrapper) {
     const instance = wrapper.instance as object | undefined;
     // useValue and useFactory providers have only their instance's class.
-    const type = (
-      instance && typeof instance === 'object' ? instance.constructor : wrapper.metatype
-    ) as (new (...args: any[]) => unknown) | undefined;
+    const type = (instance && typeof instance === 'object' ? instance.constructor : wrapper.metatype) as
+      (new (...args: any[]) => unknown) | undefined;
     const prototype = typeof type === 'function' ? (type.prototype as Record<string, unknown>) : undefined;
     if (!prototype) return;
     for (const name of this.scanner.getAllMethodNames(prototype)) {
       const method = prototype[name];
       if (typeof method !== 'function') continue;
       const metadata = Reflect.getMetadata(IDEMPOTENT_WORKER_METADATA, method) as
-        | IdempotentWorkerMetadata
-        | undefined;
+        IdempotentWorkerMetadata | undefined;
       if (metadata) yield { where: `${type!.name}.${name}`, name, method, metadata };
     }
   }

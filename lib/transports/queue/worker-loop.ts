@@ -85,7 +85,9 @@ export class WorkerLoop {
       }
       let jobs: PgBossJob[] = [];
       try {
-        jobs = (await boss.fetch(queue, { batchSize: concurrency - this.running.size, includeMetadata: true })) ?? [];
+        jobs =
+          (await boss.fetch(queue, { batchSize: concurrency - this.running.size, includeMetadata: true })) ??
+          [];
       } catch (error) {
         logger.error(pgBossFailed(error));
       }
