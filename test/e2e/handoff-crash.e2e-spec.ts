@@ -87,11 +87,11 @@ describe('handoff crashes and races (child processes)', () => {
 
   /** The shared webhook app; its queue settings are the file's, so it never changes a queue's. */
   async function webhook(): Promise<HandoffProcess> {
-    web ??= await spawn('web', { web: true, handoff: quick(EXPIRE_SECONDS) }).then((child) => {
-      children.splice(children.indexOf(child), 1);
-      return child;
-    });
-    return web;
+    if (web) return web;
+    const child = await spawn('web', { web: true, handoff: quick(EXPIRE_SECONDS) });
+    // Kept across tests: the file's afterAll kills it, not each test's cleanup.
+    children.splice(children.indexOf(child), 1);
+    return (web = child);
   }
 
   const post = (url: string, event: HandoffEvent) =>
