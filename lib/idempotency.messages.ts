@@ -261,7 +261,7 @@ export const handoffNotConfigured = (what: string) =>
   `${what} needs IdempotencyModule's handoff option (handoff: { queues: { name: {} } }) and pg-boss installed`;
 
 export const enqueueNeedsTransaction = (scope: string) =>
-  `${scope} called IdempotencyContext.enqueue() in external mode: a job is written in the claim's transaction, so that both commit or neither does; hand off from a transaction-mode handler`;
+  `${scope} called IdempotencyContext.enqueue() without a claim transaction (external mode, or a delivery made by a test helper): a job is written in the claim's transaction, so that both commit or neither does; hand off from a transaction-mode handler`;
 
 export const enqueueBadQueue = (value: unknown) =>
   `IdempotencyContext.enqueue() needs a queue name (a non-empty string), got ${typeof value === 'string' ? `'${value}'` : String(value)}`;
@@ -273,7 +273,7 @@ export const queueMissing = (queue: string) =>
   `No job was written to queue ${queue}: pg-boss has no such queue. List it in handoff.queues (or name it in an @IdempotentWorker) so that IdempotencyModule creates it at boot`;
 
 export const handoffNotStarted = (queue: string) =>
-  `No job was written to queue ${queue}: the handoff is not running (the application is starting or shutting down); the delivery rolls back and the sender retries`;
+  `No job was written to queue ${queue}: the handoff has not started yet (the application is still booting); the delivery rolls back and the sender retries`;
 
 export const workerOnController = (where: string) =>
   `@IdempotentWorker on ${where}: a controller; workers are provider methods, called with each job`;

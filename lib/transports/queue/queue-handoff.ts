@@ -205,7 +205,9 @@ export class QueueHandoff implements JobEnqueuer, OnModuleInit, OnApplicationBoo
     if (priority !== undefined && !Number.isInteger(priority)) {
       throw new Error(enqueueBadOption('priority', 'a whole number', priority));
     }
-    if (!this.boss || this.stopped) throw new Error(handoffNotStarted(queue));
+    // Still accepted while shutting down: the job goes through the delivery's own transaction, so
+    // a delivery in flight during the drain commits its job as at any other time.
+    if (!this.boss) throw new Error(handoffNotStarted(queue));
     const event: HandedOffEvent = { key: delivery.key, scope: delivery.scope, source: delivery.source };
     const id = await this.boss.send(queue, handoffPayload(event, data), {
       db: delivery.executor,
