@@ -157,7 +157,8 @@ describe('handoff crashes and races (child processes)', () => {
     const [job] = await jobs(TX_QUEUE, 'evt_kill_tx');
     expect(job.retry_count).toBe(1);
     expect(await claim(TX_WORKER_SCOPE, 'evt_kill_tx')).toEqual({ status: 'done', attempts: 1 });
-    expect((await b.metrics()).jobs[TX_QUEUE]).toMatchObject({ completed: 1 });
+    // B may have run other tests' waiting jobs too; none of its jobs failed.
+    expect((await b.metrics()).jobs[TX_QUEUE]?.failed).toBeUndefined();
   });
 
   it('SIGKILL of an external-mode worker mid-job: handed out again, the downstream sees the same Idempotency-Key, one effect', async () => {

@@ -138,7 +138,18 @@ export class QueueHandoff implements JobEnqueuer, OnModuleInit, OnApplicationBoo
     // An EventEmitter 'error' without a listener would throw from pg-boss's timers.
     boss.on('error', (error) => this.logger.error(pgBossFailed(error)));
     await boss.start();
-    // Dead-letter queues first: a queue's dead_letter references an existing queue.
+    try {
+      await this.createQueues(boss);
+    } catch (error) {
+      // A failed boot must not leave pg-boss's maintenance timer running.
+      await boss.stop({ graceful: false, close: false, wait: true }).catch(() => undefined);
+      throw error;
+    }
+    this.boss = boss;
+  }
+
+  /** Dead-letter queues first (a queue's dead_letter references an existing queue), then the queues. */
+  private async createQueues(boss: PgBoss): Promise<void> {
     const deadLetters = new Set([...this.queues.values()].map((settings) => settings.deadLetter));
     for (const name of deadLetters) if (!this.queues.has(name)) await boss.createQueue(name, {});
     for (const [name, settings] of this.queues) {
@@ -153,7 +164,6 @@ export class QueueHandoff implements JobEnqueuer, OnModuleInit, OnApplicationBoo
       // createQueue leaves an existing queue as it was: this boot's settings apply from now on.
       await boss.updateQueue(name, options);
     }
-    this.boss = boss;
   }
 
   /** Workers start once the whole app has: a job must not run against half-initialized providers. */
