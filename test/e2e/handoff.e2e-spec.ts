@@ -130,6 +130,20 @@ describe('handoff to a worker (pg-boss)', () => {
       [TX_WORKER_SCOPE, 'evt_commit'],
     );
     expect(source.rows[0].source).toBe('fixture');
+    // One transaction: now() is its start time, so the claim and the job's completion carry the same.
+    const times = await db.pool.query(
+      `SELECT (SELECT completed_at FROM processed_events WHERE scope = $1 AND event_key = $2) AS claimed,
+              (SELECT completed_on FROM ${SCHEMA}.job WHERE id = $3) AS completed`,
+      [TX_WORKER_SCOPE, 'evt_commit', body.jobId],
+    );
+    expect(times.rows[0].completed).toEqual(times.rows[0].claimed);
+    // And the webhook's claim and its job were written by one transaction too.
+    const written = await db.pool.query(
+      `SELECT (SELECT completed_at FROM processed_events WHERE scope = $1 AND event_key = $2) AS claimed,
+              (SELECT created_on FROM ${SCHEMA}.job WHERE id = $3) AS created`,
+      [WEBHOOK_SCOPE, 'evt_commit', body.jobId],
+    );
+    expect(written.rows[0].created).toEqual(written.rows[0].claimed);
     expect(worker.app.get(HandoffMetrics).snapshot().jobs[TX_QUEUE]).toEqual({ completed: 1 });
   });
 
