@@ -1,7 +1,7 @@
 /**
  * A handoff bench process, forked by run-handoff.ts: BENCH_ROLE=web serves the three routes on a
  * loopback port; BENCH_ROLE=worker runs the worker. Over IPC it answers `{ cmd: 'stats' }` with
- * the worker's job counts, and `{ cmd: 'shutdown' }` by closing.
+ * the worker's job counts and the process's CPU time so far, and `{ cmd: 'shutdown' }` by closing.
  * Environment: BENCH_DATABASE_URL, BENCH_DOWNSTREAM_URL, BENCH_POOL_SIZE, BENCH_ROLE.
  */
 import 'reflect-metadata';
@@ -33,7 +33,8 @@ const metrics = app.get(HandoffMetrics);
 process.on('message', (message: { id: number; cmd: 'stats' | 'shutdown' }) => {
   if (message.cmd === 'stats') {
     const jobs = metrics.snapshot().jobs[BENCH_QUEUE] ?? {};
-    process.send?.({ id: message.id, jobs });
+    const cpu = process.cpuUsage();
+    process.send?.({ id: message.id, jobs, cpuUs: cpu.user + cpu.system });
   } else {
     process.send?.({ id: message.id });
     setImmediate(() => void app.close().finally(() => process.exit(0)));

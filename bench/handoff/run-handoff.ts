@@ -102,9 +102,11 @@ interface Cell {
   responses: number;
   non2xx: number;
   errors: number;
+  /** The web server's CPU time (user + system) per answered request, in µs. */
+  serverCpuUsPerEvent: number;
 }
 
-const cell = (route: Route, rep: number, result: LoadResult): Cell => ({
+const cell = (route: Route, rep: number, result: LoadResult, cpuUs: number): Cell => ({
   route,
   rep,
   eventsPerSecond: result.eventsPerSecond,
@@ -114,6 +116,7 @@ const cell = (route: Route, rep: number, result: LoadResult): Cell => ({
   responses: result.responses,
   non2xx: result.non2xx,
   errors: result.errors,
+  serverCpuUsPerEvent: result.responses ? Math.round(cpuUs / result.responses) : 0,
 });
 
 const median = (values: number[]) => {
@@ -168,10 +171,12 @@ try {
   for (let rep = 1; rep <= settings.reps; rep++) {
     const order = rep % 2 === 1 ? ROUTES : [...ROUTES].reverse();
     for (const route of order) {
+      const cpuBefore = Number((await web.request('stats')).cpuUs);
       const result = await load(route, `r${rep}${ROUTES.indexOf(route)}`, settings.durationS);
-      cells.push(cell(route, rep, result));
+      const cpuUs = Number((await web.request('stats')).cpuUs) - cpuBefore;
+      cells.push(cell(route, rep, result, cpuUs));
       console.log(
-        `[handoff bench] rep ${rep} ${route}: ${result.eventsPerSecond} events/s, ack p50 ${result.latencyMs.p50} ms, p99 ${result.latencyMs.p99} ms`,
+        `[handoff bench] rep ${rep} ${route}: ${result.eventsPerSecond} events/s, ack p50 ${result.latencyMs.p50} ms, p99 ${result.latencyMs.p99} ms, server CPU ${cells.at(-1)!.serverCpuUsPerEvent} µs/event`,
       );
     }
   }
@@ -208,12 +213,13 @@ try {
   // Phase 3: the handoff route with the worker running beside it.
   const besideStart = await completedNow();
   const besideAt = performance.now();
+  const besideCpu = Number((await web.request('stats')).cpuUs);
   const beside = await load('handoff', 'b0', settings.durationS);
+  const besideCell = cell('handoff', 0, beside, Number((await web.request('stats')).cpuUs) - besideCpu);
   const besideRate = round(
     ((await completedNow()) - besideStart) / ((performance.now() - besideAt) / 1000),
     1,
   );
-  const besideCell = cell('handoff', 0, beside);
   const backlogAfter = await waiting();
   await admin.end();
 
@@ -226,12 +232,23 @@ try {
           eventsPerSecond: median(mine.map((c) => c.eventsPerSecond)),
           p50: median(mine.map((c) => c.p50)),
           p99: median(mine.map((c) => c.p99)),
+          serverCpuUsPerEvent: median(mine.map((c) => c.serverCpuUsPerEvent)),
           non2xx: mine.reduce((sum, c) => sum + c.non2xx, 0),
           errors: mine.reduce((sum, c) => sum + c.errors, 0),
         },
       ];
     }),
-  ) as Record<Route, { eventsPerSecond: number; p50: number; p99: number; non2xx: number; errors: number }>;
+  ) as Record<
+    Route,
+    {
+      eventsPerSecond: number;
+      p50: number;
+      p99: number;
+      serverCpuUsPerEvent: number;
+      non2xx: number;
+      errors: number;
+    }
+  >;
   const ratios = Array.from({ length: settings.reps }, (_, index) => {
     const of = (route: Route) => cells.find((c) => c.rep === index + 1 && c.route === route)!.eventsPerSecond;
     return round(of('handoff') / of('lib-tx-noop'), 3);
@@ -274,8 +291,10 @@ try {
 function markdown(result: Record<string, any>): string {
   const s = result.summary as Record<
     Route,
-    { eventsPerSecond: number; p50: number; p99: number; non2xx: number }
+    { eventsPerSecond: number; p50: number; p99: number; serverCpuUsPerEvent: number; non2xx: number }
   >;
+  const row = (route: Route, what: string) =>
+    `| ${route} | ${what} | ${s[route].eventsPerSecond} | ${s[route].p50} | ${s[route].p99} | ${s[route].serverCpuUsPerEvent} | ${s[route].non2xx} |`;
   const lines = [
     `# Handoff bench: ${result.name}`,
     '',
@@ -287,11 +306,11 @@ function markdown(result: Record<string, any>): string {
       .map(([key, value]) => `${key} ${value}`)
       .join(', ')}. A shared 2-core machine: other work ran beside the bench, so figures are noisy.`,
     '',
-    '| route | what it does | events/s | ack p50 (ms) | ack p99 (ms) | non-2xx |',
-    '| --- | --- | ---: | ---: | ---: | ---: |',
-    `| lib-tx-noop | transaction mode, no-op handler | ${s['lib-tx-noop'].eventsPerSecond} | ${s['lib-tx-noop'].p50} | ${s['lib-tx-noop'].p99} | ${s['lib-tx-noop'].non2xx} |`,
-    `| handoff | claim + job in one COMMIT, then 200 | ${s.handoff.eventsPerSecond} | ${s.handoff.p50} | ${s.handoff.p99} | ${s.handoff.non2xx} |`,
-    `| inline-external | external mode, calls the downstream, then 200 | ${s['inline-external'].eventsPerSecond} | ${s['inline-external'].p50} | ${s['inline-external'].p99} | ${s['inline-external'].non2xx} |`,
+    '| route | what it does | events/s | ack p50 (ms) | ack p99 (ms) | server CPU (µs/event) | non-2xx |',
+    '| --- | --- | ---: | ---: | ---: | ---: | ---: |',
+    row('lib-tx-noop', 'transaction mode, no-op handler'),
+    row('handoff', 'claim + job in one COMMIT, then 200'),
+    row('inline-external', 'external mode, calls the downstream, then 200'),
     '',
     `handoff / lib-tx-noop throughput: median ${result.throughputRatio['handoff/lib-tx-noop'].median} ` +
       `(per repetition: ${result.throughputRatio['handoff/lib-tx-noop'].reps.join(', ')}).`,
@@ -310,11 +329,11 @@ function markdown(result: Record<string, any>): string {
     '',
     '## Every cell',
     '',
-    '| rep | route | events/s | p50 | p99 | max | responses | non-2xx | errors |',
-    '| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
+    '| rep | route | events/s | p50 | p99 | max | server CPU µs/event | responses | non-2xx | errors |',
+    '| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
     ...(result.cells as Cell[]).map(
       (c) =>
-        `| ${c.rep} | ${c.route} | ${c.eventsPerSecond} | ${c.p50} | ${c.p99} | ${c.max} | ${c.responses} | ${c.non2xx} | ${c.errors} |`,
+        `| ${c.rep} | ${c.route} | ${c.eventsPerSecond} | ${c.p50} | ${c.p99} | ${c.max} | ${c.serverCpuUsPerEvent} | ${c.responses} | ${c.non2xx} | ${c.errors} |`,
     ),
     '',
   ];
