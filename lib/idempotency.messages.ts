@@ -318,3 +318,12 @@ export const workerAlsoIdempotent = (where: string) =>
 
 export const workerBadQueue = (value: unknown) =>
   `@IdempotentWorker needs a queue name (1 to 100 letters, digits, and _ . - /), got ${typeof value === 'string' ? `'${value}'` : String(value)}`;
+
+export const statementNotInlinable = (what: string) =>
+  `A statement sent with the COMMIT has its values inlined, and this one has ${what}; send it with executeSql() instead`;
+
+export const parameterNotInlinable = (type: string) =>
+  `A statement sent with the COMMIT has its values inlined as literals; a value of type ${type === 'object' ? 'array or Buffer' : type} cannot be; send it with executeSql() instead`;
+
+export const pgBossSendChanged = (statements: number, returned: unknown, id: string) =>
+  `pg-boss's send() did not write one job as pg-boss 10 does (${statements} statements, id ${String(returned)} for ${id}): this pg-boss is not one the handoff supports (^10.4)`;

@@ -1,9 +1,10 @@
 import type { PoolClient, QueryResult } from 'pg';
 import type { EntityManager, QueryRunner } from 'typeorm';
-import type { SqlExecutor } from '../core/claim-strategy.js';
+import type { TransactionExecutor } from '../core/claim-strategy.js';
 import { claimTransactionOver, claimUnsettled } from '../idempotency.messages.js';
 import { beginAndClaimSql, type ClaimStatements } from './claim.sql.js';
-import { DUPLICATE_PREPARED_STATEMENT, errorCode } from './pg-errors.js';
+import { inlineParameters } from './inline-parameters.js';
+import { DUPLICATE_PREPARED_STATEMENT, errorCode, INVALID_TEXT_REPRESENTATION } from './pg-errors.js';
 import type { PreparedStatements } from './prepared-statements.js';
 import { claimQuery, isPreparedStatementMiss, type ClaimStatement } from './statement-executor.js';
 import { adoptTransaction, connectRunner, forgetTransaction } from './typeorm-internals.js';
@@ -64,8 +65,25 @@ export interface ClaimTransactionOptions {
  * (its `manager.transaction()` nests as a savepoint). TypeORM subscribers still hear of every
  * start, commit and rollback: when the DataSource has any, those go through the runner.
  */
-export class ClaimTransaction implements SqlExecutor {
+/**
+ * A statement sent with the COMMIT (see beforeCommit) returned no row, so the COMMIT did not run:
+ * a data error (SQLSTATE 22P02, as Postgres raised it), so the delivery fails as if its handler had
+ * thrown, and nothing is written.
+ */
+export class DeferredWriteMissingError extends Error {
+  readonly code = INVALID_TEXT_REPRESENTATION;
+  constructor(message: string) {
+    super(message);
+    this.name = 'DeferredWriteMissingError';
+  }
+}
+
+export class ClaimTransaction implements TransactionExecutor {
   private client?: PoolClient;
+  /** Statements to send with the COMMIT, inlined; undefined until beforeCommit() is called. */
+  private deferred?: string[];
+  /** The `mustWrite` messages of the deferred statements. */
+  private mustWrite?: string[];
   /** release() was called: the runner's release from then on is ours, not a lost connection's. */
   private released = false;
 
@@ -194,6 +212,27 @@ export class ClaimTransaction implements SqlExecutor {
   }
 
   /**
+   * See TransactionExecutor.beforeCommit: the statement goes out in the COMMIT's own simple query,
+   * so a handler that hands its event off costs no round trip more than one that does not.
+   * `mustWrite` wraps it so that no row returned becomes an error that carries the message (a cast
+   * of the message to integer, evaluated only then), which stops the query before its COMMIT.
+   */
+  beforeCommit(text: string, values: readonly unknown[], mustWrite?: string): void {
+    const client = this.client;
+    if (!client || !this.runner.isTransactionActive || this.released) throw new Error(claimTransactionOver());
+    const inlined = inlineParameters(text, values, (value) => client.escapeLiteral(value));
+    const deferred = (this.deferred ??= []);
+    if (mustWrite === undefined) {
+      deferred.push(inlined);
+      return;
+    }
+    (this.mustWrite ??= []).push(mustWrite);
+    deferred.push(
+      `WITH written AS (${inlined}) SELECT (CASE WHEN count(*) = 0 THEN ${client.escapeLiteral(mustWrite)} END)::int FROM written`,
+    );
+  }
+
+  /**
    * Sends an autocommitted statement on this delivery's connection once its transaction is over
    * (a handler's failure record): no second pool connection, which a pool of one would never give.
    * Unnamed, as it is rare.
@@ -229,7 +268,33 @@ export class ClaimTransaction implements SqlExecutor {
     await broadcaster.broadcast(action === 'COMMIT' ? 'AfterTransactionCommit' : 'AfterTransactionRollback');
   }
 
+  /**
+   * The deferred statements and the COMMIT as one simple query. A statement that fails stops the
+   * query before the COMMIT and leaves the transaction aborted: it is rolled back here, so that the
+   * connection goes back to the pool clean, and the error is the statement's.
+   */
+  private async commitWithDeferred(client: PoolClient, deferred: string[]): Promise<void> {
+    let results: QueryResult[];
+    try {
+      results = (await client.query(`${deferred.join(';\n')};\nCOMMIT`)) as unknown as QueryResult[];
+    } catch (error) {
+      await client.query('ROLLBACK').catch(() => undefined);
+      forgetTransaction(this.runner);
+      const missing =
+        errorCode(error) === INVALID_TEXT_REPRESENTATION
+          ? this.mustWrite?.find((message) => (error as Error).message.includes(message))
+          : undefined;
+      throw missing ? new DeferredWriteMissingError(missing) : error;
+    }
+    forgetTransaction(this.runner);
+    // Postgres answers the COMMIT of an aborted transaction with the tag ROLLBACK.
+    if (results[results.length - 1].command === 'ROLLBACK') throw new CommitRolledBackError();
+  }
+
   private send(client: PoolClient, action: 'COMMIT' | 'ROLLBACK'): Promise<void> {
+    const deferred = this.deferred;
+    this.deferred = undefined;
+    if (deferred && action === 'COMMIT') return this.commitWithDeferred(client, deferred);
     // Whatever the answer, the transaction is over (a failed COMMIT ends it too, or the connection).
     return client.query(action).then(
       (result) => {

@@ -103,7 +103,10 @@ describe('handoff to a worker (pg-boss)', () => {
 
   it('answers 200 once claim, order and job have committed together; the worker runs the job once', async () => {
     const web = await start({ web: true });
-    const response = await post(web.url, { id: 'evt_commit' });
+    // Quotes, a backslash, a placeholder, a comment and non-ASCII: the job is written with its
+    // values inlined into the COMMIT's query, and must come back exactly.
+    const note = `it's a "note" \\ $1 -- /* x */ ü 😀`;
+    const response = await post(web.url, { id: 'evt_commit', job: { note } });
     expect(response.status).toBe(200);
     const body = (await response.json()) as { jobId: string };
     // Answered after the one COMMIT: everything is visible to another connection already.
@@ -114,7 +117,7 @@ describe('handoff to a worker (pg-boss)', () => {
     const { rows } = await db.pool.query(`SELECT data FROM ${SCHEMA}.job WHERE id = $1`, [body.jobId]);
     expect(rows[0].data).toEqual({
       event: { key: 'evt_commit', scope: WEBHOOK_SCOPE, source: 'fixture' },
-      data: {},
+      data: { note },
     });
 
     const worker = await start({ web: false, workers: ['tx'] });
@@ -185,8 +188,16 @@ describe('handoff to a worker (pg-boss)', () => {
   it('fails a delivery whose queue does not exist, writing nothing', async () => {
     const web = await start({ web: true });
     expect((await post(web.url, { id: 'evt_noqueue', queue: 'no-such-queue' })).status).toBe(500);
-    expect(await claimStatus(WEBHOOK_SCOPE, 'evt_noqueue')).not.toBe('done');
+    expect(await claimStatus(WEBHOOK_SCOPE, 'evt_noqueue')).toBe('failed');
     expect(await orders('evt_noqueue')).toBe(0);
+    // The failure is the handler's, recorded with the reason.
+    const { rows } = await db.pool.query(
+      'SELECT last_error FROM processed_events WHERE scope = $1 AND event_key = $2',
+      [WEBHOOK_SCOPE, 'evt_noqueue'],
+    );
+    expect(rows[0].last_error).toContain(
+      'No job was written to queue no-such-queue: pg-boss has no such queue',
+    );
   });
 
   it('refuses enqueue() in an external-mode handler: no job, the lease is released', async () => {

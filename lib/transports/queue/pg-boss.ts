@@ -35,7 +35,7 @@ export interface PgBoss {
   send(
     name: string,
     data: unknown,
-    options: { db: SqlExecutor; startAfter?: number; priority?: number },
+    options: { db: SqlExecutor; id?: string; startAfter?: number; priority?: number },
   ): Promise<string | null>;
   fetch(name: string, options: { batchSize: number; includeMetadata: true }): Promise<PgBossJob[] | null>;
   complete(name: string, id: string, data?: unknown, options?: { db?: SqlExecutor }): Promise<unknown>;

@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import {
   Inject,
   Injectable,
@@ -29,6 +30,7 @@ import {
   handoffNotStarted,
   moreDeadLetteredJobs,
   pgBossFailed,
+  pgBossSendChanged,
   queueMissing,
   unprotectedHandlers,
   workerAlsoIdempotent,
@@ -219,13 +221,27 @@ export class QueueHandoff implements JobEnqueuer, OnModuleInit, OnApplicationBoo
     // a delivery in flight during the drain commits its job as at any other time.
     if (!this.boss) throw new Error(handoffNotStarted(queue));
     const event: HandedOffEvent = { key: delivery.key, scope: delivery.scope, source: delivery.source };
-    const id = await this.boss.send(queue, handoffPayload(event, data), {
-      db: delivery.executor,
+    const executor = delivery.executor;
+    // pg-boss builds its insert as always, through a `db` that hands it to the claim transaction
+    // to send with the COMMIT: the job costs the delivery no round trip of its own. The id is
+    // chosen here, so that it is known before the insert runs.
+    const id = randomUUID();
+    let written = 0;
+    const withCommit: SqlExecutor = {
+      executeSql: (text, values = []) => {
+        written++;
+        // pg-boss writes nothing, silently, for a queue it does not have: the COMMIT fails instead.
+        executor.beforeCommit(text, values, queueMissing(queue));
+        return Promise.resolve({ rows: [{ id }], rowCount: 1 });
+      },
+    };
+    const sent = await this.boss.send(queue, handoffPayload(event, data), {
+      db: withCommit,
+      id,
       ...(startAfterSeconds ? { startAfter: startAfterSeconds } : {}),
       ...(priority !== undefined ? { priority } : {}),
     });
-    // pg-boss writes nothing, silently, for a queue it does not have: fail the delivery instead.
-    if (!id) throw new Error(queueMissing(queue));
+    if (written !== 1 || sent !== id) throw new Error(pgBossSendChanged(written, sent, id));
     return id;
   }
 
