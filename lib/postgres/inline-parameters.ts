@@ -1,18 +1,49 @@
 import { parameterNotInlinable, statementNotInlinable } from '../idempotency.messages.js';
 
+/** A statement cut at its placeholders: `pieces[k]`, then value `indexes[k]`, ..., then the last piece. */
+interface Template {
+  pieces: string[];
+  indexes: number[];
+}
+
+/** Templates of the statements seen so far (a library's few constant texts), so each is scanned once. */
+const templates = new Map<string, Template>();
+/** Beyond this many texts, one is forgotten for each new one: a caller building texts is not cached forever. */
+const MAX_TEMPLATES = 64;
+
 /**
  * `text` with each `$n` replaced by the n-th value as a quoted literal, for a statement that must
  * travel in one simple query with others (a job written with its COMMIT). A quoted literal starts
  * out of unknown type and takes its type from where it stands, as an untyped parameter does, so
  * the statement means what it meant with parameters. Quoted strings, quoted identifiers and
- * comments are left alone; dollar quoting is refused rather than parsed.
+ * comments are left alone; dollar quoting and E'' strings are refused rather than parsed.
  */
 export function inlineParameters(
   text: string,
   values: readonly unknown[],
   escape: (value: string) => string,
 ): string {
-  let out = '';
+  let template = templates.get(text);
+  if (!template) {
+    template = compile(text);
+    if (templates.size >= MAX_TEMPLATES) templates.delete(templates.keys().next().value!);
+    templates.set(text, template);
+  }
+  const { pieces, indexes } = template;
+  let out = pieces[0];
+  for (let k = 0; k < indexes.length; k++) {
+    const index = indexes[k];
+    if (index >= values.length) throw new Error(statementNotInlinable(`no value for $${index + 1}`));
+    out += literal(values[index], escape) + pieces[k + 1];
+  }
+  return out;
+}
+
+/** Cuts `text` at its placeholders, skipping quoted strings, quoted identifiers and comments. */
+function compile(text: string): Template {
+  const pieces: string[] = [];
+  const indexes: number[] = [];
+  let start = 0;
   let i = 0;
   while (i < text.length) {
     const char = text[i];
@@ -22,31 +53,27 @@ export function inlineParameters(
       // Up to the closing quote; a doubled quote is an escaped one and the scan just goes on.
       const end = text.indexOf(char, i + 1);
       if (end < 0) throw new Error(statementNotInlinable('an unterminated quote'));
-      out += text.slice(i, end + 1);
       i = end + 1;
     } else if (char === '-' && text[i + 1] === '-') {
       const end = text.indexOf('\n', i);
-      out += end < 0 ? text.slice(i) : text.slice(i, end);
       i = end < 0 ? text.length : end;
     } else if (char === '/' && text[i + 1] === '*') {
       const end = text.indexOf('*/', i + 2);
       if (end < 0) throw new Error(statementNotInlinable('an unterminated comment'));
-      out += text.slice(i, end + 2);
       i = end + 2;
     } else if (char === '$') {
       const digits = /^\$(\d+)/.exec(text.slice(i, i + 12));
-      if (!digits) throw new Error(statementNotInlinable('dollar quoting'));
-      const index = Number(digits[1]) - 1;
-      if (index < 0 || index >= values.length)
-        throw new Error(statementNotInlinable(`no value for ${digits[0]}`));
-      out += literal(values[index], escape);
+      if (!digits || Number(digits[1]) < 1) throw new Error(statementNotInlinable('dollar quoting'));
+      pieces.push(text.slice(start, i));
+      indexes.push(Number(digits[1]) - 1);
       i += digits[0].length;
+      start = i;
     } else {
-      out += char;
       i++;
     }
   }
-  return out;
+  pieces.push(text.slice(start));
+  return { pieces, indexes };
 }
 
 /** One value as pg would send it as a text parameter, quoted. */
