@@ -3,10 +3,21 @@ import type { EntityManager, QueryRunner } from 'typeorm';
 import type { TransactionExecutor } from '../core/claim-strategy.js';
 import { claimTransactionOver, claimUnsettled } from '../idempotency.messages.js';
 import { beginAndClaimSql, type ClaimStatements } from './claim.sql.js';
-import { inlineParameters } from './inline-parameters.js';
+import {
+  executeArguments,
+  inlineParameters,
+  statementTemplate,
+  type StatementTemplate,
+} from './inline-parameters.js';
 import { DUPLICATE_PREPARED_STATEMENT, errorCode, INVALID_TEXT_REPRESENTATION } from './pg-errors.js';
 import type { PreparedStatements } from './prepared-statements.js';
 import { claimQuery, isPreparedStatementMiss, type ClaimStatement } from './statement-executor.js';
+
+/** A statement to send with the COMMIT. */
+interface DeferredStatement {
+  template: StatementTemplate;
+  values: readonly unknown[];
+}
 import { adoptTransaction, connectRunner, forgetTransaction } from './typeorm-internals.js';
 
 /**
@@ -78,10 +89,25 @@ export class DeferredWriteMissingError extends Error {
   }
 }
 
+/**
+ * A statement sent with the COMMIT met a server connection whose prepared state was not what this
+ * process believed (26000, 42P05: a transaction-mode pooler, DEALLOCATE ALL): nothing was written,
+ * the belief is corrected, and the whole transaction may run again, as after a serialization
+ * failure.
+ */
+export class DeferredStatementMissError extends Error {
+  constructor(readonly code: string) {
+    super(
+      `a statement sent with the COMMIT missed its prepared state (SQLSTATE ${code}); nothing was written`,
+    );
+    this.name = 'DeferredStatementMissError';
+  }
+}
+
 export class ClaimTransaction implements TransactionExecutor {
   private client?: PoolClient;
-  /** Statements to send with the COMMIT, inlined; undefined until beforeCommit() is called. */
-  private deferred?: string[];
+  /** Statements to send with the COMMIT; undefined until beforeCommit() is called. */
+  private deferred?: DeferredStatement[];
   /** The `mustWrite` messages of the deferred statements. */
   private mustWrite?: string[];
   /** release() was called: the runner's release from then on is ours, not a lost connection's. */
@@ -218,18 +244,20 @@ export class ClaimTransaction implements TransactionExecutor {
    * of the message to integer, evaluated only then), which stops the query before its COMMIT.
    */
   beforeCommit(text: string, values: readonly unknown[], mustWrite?: string): void {
-    const client = this.client;
-    if (!client || !this.runner.isTransactionActive || this.released) throw new Error(claimTransactionOver());
-    const inlined = inlineParameters(text, values, (value) => client.escapeLiteral(value));
+    if (!this.client || !this.runner.isTransactionActive || this.released) {
+      throw new Error(claimTransactionOver());
+    }
+    const template = statementTemplate(text);
     const deferred = (this.deferred ??= []);
     if (mustWrite === undefined) {
-      deferred.push(inlined);
+      deferred.push({ template, values });
       return;
     }
     (this.mustWrite ??= []).push(mustWrite);
-    deferred.push(
-      `WITH written AS (${inlined}) SELECT (CASE WHEN count(*) = 0 THEN ${client.escapeLiteral(mustWrite)} END)::int FROM written`,
-    );
+    // The message is one more value, so the wrapped statement is one text, prepared once.
+    const message = `$${template.parameters + 1}`;
+    const wrapped = `WITH written AS (${text}) SELECT (CASE WHEN count(*) = 0 THEN ${message} END)::int FROM written`;
+    deferred.push({ template: statementTemplate(wrapped), values: [...values, mustWrite] });
   }
 
   /**
@@ -269,17 +297,47 @@ export class ClaimTransaction implements TransactionExecutor {
   }
 
   /**
-   * The deferred statements and the COMMIT as one simple query. A statement that fails stops the
-   * query before the COMMIT and leaves the transaction aborted: it is rolled back here, so that the
-   * connection goes back to the pool clean, and the error is the statement's.
+   * The deferred statements and the COMMIT as one simple query. Prepared (while the module
+   * prepares its statements), each is `EXECUTE` of a statement the connection PREPAREd the first
+   * time it sent it, in that same query, so Postgres plans it once per connection; otherwise its
+   * text with the values inlined. A statement that fails stops the query before the COMMIT and
+   * leaves the transaction aborted: it is rolled back here, so that the connection goes back to
+   * the pool clean, and the error is the statement's (a prepared-state miss: retry it all).
    */
-  private async commitWithDeferred(client: PoolClient, deferred: string[]): Promise<void> {
+  private async commitWithDeferred(client: PoolClient, deferred: DeferredStatement[]): Promise<void> {
+    const { prepared } = this.options;
+    const escape = (value: string) => client.escapeLiteral(value);
+    const known = preparedConnections.get(client);
+    const preparing = new Set<string>();
+    const parts: string[] = [];
+    for (const { template, values } of deferred) {
+      if (!prepared.active) {
+        parts.push(inlineParameters(template.text, values, escape));
+        continue;
+      }
+      const { name } = template;
+      if (!known?.has(name) && !preparing.has(name)) {
+        preparing.add(name);
+        parts.push(`PREPARE ${name} AS ${template.text}`);
+      }
+      parts.push(`EXECUTE ${name} ${executeArguments(template, values, escape)}`);
+    }
+    parts.push('COMMIT');
     let results: QueryResult[];
     try {
-      results = (await client.query(`${deferred.join(';\n')};\nCOMMIT`)) as unknown as QueryResult[];
+      results = (await client.query(parts.join(';\n'))) as unknown as QueryResult[];
     } catch (error) {
       await client.query('ROLLBACK').catch(() => undefined);
       forgetTransaction(this.runner);
+      if (isPreparedStatementMiss(error)) {
+        const code = errorCode(error)!;
+        // 42P05: a PREPARE found its name there already; 26000: an EXECUTE found it missing.
+        for (const { template } of deferred) {
+          prepared.missed(template.name, code);
+          remember(client, template.name, code === DUPLICATE_PREPARED_STATEMENT);
+        }
+        throw new DeferredStatementMissError(code);
+      }
       const missing =
         errorCode(error) === INVALID_TEXT_REPRESENTATION
           ? this.mustWrite?.find((message) => (error as Error).message.includes(message))
@@ -287,6 +345,7 @@ export class ClaimTransaction implements TransactionExecutor {
       throw missing ? new DeferredWriteMissingError(missing) : error;
     }
     forgetTransaction(this.runner);
+    for (const name of preparing) remember(client, name, true);
     // Postgres answers the COMMIT of an aborted transaction with the tag ROLLBACK.
     if (results[results.length - 1].command === 'ROLLBACK') throw new CommitRolledBackError();
   }

@@ -1,10 +1,18 @@
+import { createHash } from 'node:crypto';
 import { parameterNotInlinable, statementNotInlinable } from '../idempotency.messages.js';
 
 /** A statement cut at its placeholders: `pieces[k]`, then value `indexes[k]`, ..., then the last piece. */
-interface Template {
+export interface StatementTemplate {
+  /** The statement, with its placeholders. */
+  text: string;
   pieces: string[];
   indexes: number[];
+  /** How many values it takes: its highest placeholder. */
+  parameters: number;
+  /** A name to PREPARE it under, the same for the same text in every process. */
+  name: string;
 }
+type Template = StatementTemplate;
 
 /** Templates of the statements seen so far (a library's few constant texts), so each is scanned once. */
 const templates = new Map<string, Template>();
@@ -23,13 +31,7 @@ export function inlineParameters(
   values: readonly unknown[],
   escape: (value: string) => string,
 ): string {
-  let template = templates.get(text);
-  if (!template) {
-    template = compile(text);
-    if (templates.size >= MAX_TEMPLATES) templates.delete(templates.keys().next().value!);
-    templates.set(text, template);
-  }
-  const { pieces, indexes } = template;
+  const { pieces, indexes } = statementTemplate(text);
   let out = pieces[0];
   for (let k = 0; k < indexes.length; k++) {
     const index = indexes[k];
@@ -37,6 +39,31 @@ export function inlineParameters(
     out += literal(values[index], escape) + pieces[k + 1];
   }
   return out;
+}
+
+/** The arguments of `EXECUTE name (...)` for `template`'s values, as quoted literals. */
+export function executeArguments(
+  template: StatementTemplate,
+  values: readonly unknown[],
+  escape: (value: string) => string,
+): string {
+  if (values.length < template.parameters) {
+    throw new Error(statementNotInlinable(`no value for $${values.length + 1}`));
+  }
+  const literals: string[] = [];
+  for (let index = 0; index < template.parameters; index++) literals.push(literal(values[index], escape));
+  return `(${literals.join(', ')})`;
+}
+
+/** `text` cut at its placeholders, scanned once per text (the cache is bounded). */
+export function statementTemplate(text: string): StatementTemplate {
+  let template = templates.get(text);
+  if (!template) {
+    template = compile(text);
+    if (templates.size >= MAX_TEMPLATES) templates.delete(templates.keys().next().value!);
+    templates.set(text, template);
+  }
+  return template;
 }
 
 /** Cuts `text` at its placeholders, skipping quoted strings, quoted identifiers and comments. */
@@ -73,7 +100,9 @@ function compile(text: string): Template {
     }
   }
   pieces.push(text.slice(start));
-  return { pieces, indexes };
+  const parameters = indexes.reduce((highest, index) => Math.max(highest, index + 1), 0);
+  const name = `idempotency_deferred_${createHash('sha1').update(text).digest('hex').slice(0, 16)}`;
+  return { text, pieces, indexes, parameters, name };
 }
 
 /** One value as pg would send it as a text parameter, quoted. */

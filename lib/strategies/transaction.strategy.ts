@@ -18,6 +18,7 @@ import { ClaimDatabase } from '../postgres/claim-database.js';
 import {
   ClaimTransaction,
   CommitRolledBackError,
+  DeferredStatementMissError,
   type ClaimTransactionOptions,
 } from '../postgres/claim-transaction.js';
 import {
@@ -154,8 +155,9 @@ export class TransactionStrategy implements ClaimStrategy {
           try {
             await transaction.end('COMMIT');
           } catch (error) {
-            if (isRetryable(error)) {
-              // Postgres refused the COMMIT itself (serializable isolation): nothing was written.
+            // Postgres refused the COMMIT itself (serializable isolation), or a statement sent with
+            // it met a pooler's server connection without its prepared state: nothing was written.
+            if (isRetryable(error) || error instanceof DeferredStatementMissError) {
               await rollbackQuietly(transaction);
               if (retriesLeft) continue;
               throw this.unavailable(spec, key, error, claimFailedLog);

@@ -25,6 +25,7 @@ import { Gates } from '../fixtures/webhook-fixture.module.js';
 import { startApp, type RunningApp } from '../support/app.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import { LogCapture } from '../support/log-capture.js';
+import { startPgBouncer } from '../support/pgbouncer.js';
 import { waitUntil } from '../support/wait-until.js';
 
 /** pg-boss's schema in this file: not the default, so the option is what puts it there. */
@@ -247,6 +248,44 @@ describe('handoff to a worker (pg-boss)', () => {
     );
     expect(rows[0]).toEqual({ status: 'failed', attempts: 3 });
   });
+
+  it.each([['auto' as const], [true]])(
+    'behind a transaction-mode pooler (preparedStatements %s), every delivery commits its job once: prepared-state misses are retried',
+    async (preparedStatements) => {
+      const bouncer = await startPgBouncer(db.url, { poolSize: 3 });
+      try {
+        const logs = new LogCapture();
+        const settings: HandoffSettings = {
+          databaseUrl: bouncer.urlFor(db.url),
+          web: true,
+          poolSize: 8,
+          idempotency: { handoff: HANDOFF, preparedStatements },
+        };
+        const web = await startApp('express', [HandoffFixtureModule.forSettings(settings)], { logger: logs });
+        apps.push(web);
+        const keys = Array.from({ length: 24 }, (_, i) => `evt_pooled_${preparedStatements}_${i}`);
+        // As a sender would: a 5xx is retried, a bounded number of times.
+        const deliver = async (id: string) => {
+          for (let attempt = 1; attempt <= 5; attempt++) {
+            const response = await post(web.url, { id });
+            if (response.status === 200) return attempt;
+          }
+          throw new Error(`${id} was never accepted`);
+        };
+        await Promise.all(keys.map(deliver));
+        for (const key of keys) {
+          expect([key, (await jobs(TX_QUEUE, key)).length]).toEqual([key, 1]);
+          expect(await claimStatus(WEBHOOK_SCOPE, key)).toBe('done');
+        }
+        const replay = await post(web.url, { id: keys[0] });
+        expect(replay.headers.get('idempotent-replayed')).toBe('true');
+        expect(await jobs(TX_QUEUE, keys[0])).toHaveLength(1);
+      } finally {
+        for (const running of apps.splice(0)) await running.close();
+        await bouncer.stop();
+      }
+    },
+  );
 
   it('drains on shutdown: a running job finishes within drainMs and is completed', async () => {
     const web = await start({ web: true });
