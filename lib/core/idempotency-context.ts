@@ -82,9 +82,10 @@ export class IdempotencyContext {
   }
 
   /**
-   * Transaction mode: hands the event to a worker. Writes a pg-boss job on `queue` through the
-   * claim's own transaction, so the claim, the handler's writes and the job commit together or
-   * not at all, and the delivery is acknowledged after that one COMMIT. The job carries this
+   * Transaction mode: hands the event to a worker. Writes a pg-boss job on `queue` in the claim's
+   * own transaction (sent with its COMMIT, in the same round trip), so the claim, the handler's
+   * writes and the job commit together or not at all, and the delivery is acknowledged after that
+   * one COMMIT. The job carries this
    * delivery's key, scope and source; an `@IdempotentWorker` on `queue` runs it under a claim of
    * its own. Resolves with the job's id; rejects (failing the delivery, which rolls back) when the
    * queue does not exist or the module has no `handoff` option.
