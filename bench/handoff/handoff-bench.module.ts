@@ -42,7 +42,7 @@ async function callDownstream(url: string, key: string): Promise<void> {
 }
 
 /**
- * The three routes the handoff bench compares: the library's transaction mode with a no-op
+ * The routes the handoff bench compares: a floor (no database), the library's transaction mode with a no-op
  * handler (the floor of an acknowledgement), the handoff (claim + job in one COMMIT), and the
  * inline external mode that calls the 300 ms downstream before answering.
  */
@@ -52,6 +52,13 @@ export class HandoffBenchController {
     private readonly context: IdempotencyContext,
     @Inject(DOWNSTREAM_URL) private readonly downstreamUrl: string,
   ) {}
+
+  /** The machine's floor: a Nest route that answers at once, no claim, no database. */
+  @Post('floor')
+  @HttpCode(200)
+  floor() {
+    return RECEIVED;
+  }
 
   @Post('lib-tx-noop')
   @HttpCode(200)

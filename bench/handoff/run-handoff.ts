@@ -1,7 +1,8 @@
 /**
  * `npm run bench:handoff [-- --quick]`: acknowledge fast, process once. A downstream that takes
- * 300 ms per call; three routes on one server (express, one pg pool of 10) driven by autocannon
+ * 300 ms per call; four routes on one server (express, one pg pool of 10) driven by autocannon
  * at 32 connections, interleaved, reversed every repetition:
+ * - floor: a Nest route that answers at once (what a busy machine allows at all);
  * - lib-tx-noop: `@IdempotentWebhook` transaction mode with a no-op handler (the floor);
  * - handoff: transaction mode, `IdempotencyContext.enqueue()` of the downstream call (claim and
  *   job in one COMMIT), answered then;
@@ -28,7 +29,7 @@ import { SlowDownstream } from './slow-downstream.js';
 const RESULTS_DIR = fileURLToPath(new URL('../../../bench/results/', import.meta.url));
 const SERVER_ENTRY = fileURLToPath(new URL('./handoff-server.js', import.meta.url));
 const DOWNSTREAM_MS = 300;
-const ROUTES = ['lib-tx-noop', 'handoff', 'inline-external'] as const;
+const ROUTES = ['floor', 'lib-tx-noop', 'handoff', 'inline-external'] as const;
 type Route = (typeof ROUTES)[number];
 
 const quick = process.argv.includes('--quick');
@@ -344,6 +345,7 @@ function markdown(result: Record<string, any>): string {
     '',
     '| route | what it does | events/s | ack p50 (ms) | ack p99 (ms) | server CPU (µs/event) | non-2xx |',
     '| --- | --- | ---: | ---: | ---: | ---: | ---: |',
+    row('floor', 'a Nest route answering at once, no database (what the machine allows)'),
     row('lib-tx-noop', 'transaction mode, no-op handler'),
     row('handoff', 'claim + job in one COMMIT, then 200'),
     row('inline-external', 'external mode, calls the downstream, then 200'),
