@@ -1,6 +1,7 @@
 import { checkSignatureOptions } from './guards/signature-options.js';
 import { DEFAULTS, MAX_TIMER_MS } from './idempotency.constants.js';
 import { DEFAULT_TABLE } from './postgres/claim-table.js';
+import { resolveHandoffOptions } from './transports/queue/handoff-options.js';
 import {
   optionNotNonNegative,
   optionNotOneOf,
@@ -37,6 +38,7 @@ const KNOWN_OPTIONS: Record<keyof IdempotencyModuleOptions, true> = {
   schema: true,
   table: true,
   signatures: true,
+  handoff: true,
 };
 
 /** Positive-number options, checked at start-up so a typo fails fast rather than at the first event. */
@@ -96,6 +98,8 @@ export function resolveIdempotencyConfig(options: IdempotencyModuleOptions = {})
   if (config.signatures !== undefined) {
     config.signatures = checkSignatureOptions(config.signatures, closest);
   }
+  // Checked here so a mistake fails the boot with the other options; the handoff resolves it again.
+  if (config.handoff !== undefined) resolveHandoffOptions(config.handoff, closest);
   return config;
 }
 

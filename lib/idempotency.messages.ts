@@ -322,3 +322,85 @@ export const cliTableMissing = (table: string) =>
 
 export const keyTooManyBytes = (scope: string, keyBytes: number, scopeBytes: number, max: number) =>
   `Idempotency key of ${scope} is ${keyBytes} bytes in UTF-8; with its scope's ${scopeBytes} that is more than the ${max} bytes PostgreSQL's index on the claims table can hold`;
+
+// Handoff to a worker (pg-boss): lib/transports/queue/.
+
+export const claimTransactionOver = () =>
+  `The claim transaction is over: SQL through the delivery's executor (and IdempotencyContext.enqueue()) must run inside the handler, before it returns`;
+
+export const badHandoffOption = (path: string, detail: string) =>
+  `IdempotencyModule option ${path} ${detail}`;
+
+export const pgBossMissing = (error: unknown) =>
+  `IdempotencyModule option handoff needs pg-boss, an optional peer dependency (npm install pg-boss@^10.4): ${describe(error)}`;
+
+export const handoffNotConfigured = (what: string) =>
+  `${what} needs IdempotencyModule's handoff option (handoff: { queues: { name: {} } }) and pg-boss installed`;
+
+export const enqueueNeedsTransaction = (scope: string) =>
+  `${scope} called IdempotencyContext.enqueue() without a claim transaction (external mode, or a delivery made by a test helper): a job is written in the claim's transaction, so that both commit or neither does; hand off from a transaction-mode handler`;
+
+export const enqueueBadQueue = (value: unknown) =>
+  `IdempotencyContext.enqueue() needs a queue name (a non-empty string), got ${typeof value === 'string' ? `'${value}'` : String(value)}`;
+
+export const enqueueBadOption = (option: string, expected: string, value: unknown) =>
+  `IdempotencyContext.enqueue() option ${option} must be ${expected}, got ${String(value)}`;
+
+export const queueMissing = (queue: string) =>
+  `No job was written to queue ${queue}: pg-boss has no such queue. List it in handoff.queues (or name it in an @IdempotentWorker) so that IdempotencyModule creates it at boot`;
+
+export const handoffNotStarted = (queue: string) =>
+  `No job was written to queue ${queue}: the handoff has not started yet (the application is still booting); the delivery rolls back and the sender retries`;
+
+export const workerOnController = (where: string) =>
+  `@IdempotentWorker on ${where}: a controller; workers are provider methods, called with each job`;
+
+export const workerNotStatic = (where: string, token: string) =>
+  `@IdempotentWorker on ${where}: the provider ${token} is request-scoped or transient, so there is no one instance to run its jobs; make it a singleton`;
+
+export const workersWithoutHandoff = (where: string[]) =>
+  `IdempotencyModule refuses to start: @IdempotentWorker on ${where.join(', ')} needs the handoff option (handoff: { queues: { ... } }), or its jobs would never run`;
+
+export const jobNotHandedOff = (queue: string, id: string) =>
+  `Job ${id} of queue ${queue} carries no event key (it was not enqueued through IdempotencyContext.enqueue()): failed without running`;
+
+export const jobFailed = (
+  queue: string,
+  id: string,
+  key: string,
+  attempt: number,
+  retrying: boolean,
+  error: unknown,
+) =>
+  `Job ${id} of queue ${queue} (event ${key}) failed on attempt ${attempt}: ${describe(error)}; ${retrying ? 'pg-boss retries it after its backoff' : 'no retries left, it goes to the dead-letter queue'}`;
+
+export const jobInFlight = (queue: string, key: string) =>
+  `Event ${key} of queue ${queue} is being processed by another worker; its job is retried after its backoff`;
+
+export const jobSettleFailed = (queue: string, id: string, what: string, error: unknown) =>
+  `Could not mark job ${id} of queue ${queue} ${what}: ${describe(error)}; pg-boss hands it out again once it expires, and its claim answers it without running it twice`;
+
+export const drainTimedOut = (count: number, drainMs: number) =>
+  `Shutdown: ${count} job(s) still running after handoff.drainMs (${drainMs} ms) were left for pg-boss to hand out again once they expire`;
+
+export const deadLetteredJob = (queue: string, deadLetter: string, key: string, lastError: string | null) =>
+  `dead-lettered job: queue ${queue} event ${key} ran out of retries and waits in ${deadLetter}${lastError ? `; last error: ${lastError}` : ''}`;
+
+export const moreDeadLetteredJobs = (count: number) => `... and ${count} more dead-lettered jobs`;
+
+export const pgBossFailed = (error: unknown) => `pg-boss: ${describe(error)}`;
+
+export const workerAlsoIdempotent = (where: string) =>
+  `@IdempotentWorker on ${where}: the method also carries @Idempotent or @IdempotentWebhook; the worker already runs each job under a claim, so keep one decorator`;
+
+export const workerBadQueue = (value: unknown) =>
+  `@IdempotentWorker needs a queue name (1 to 100 letters, digits, and _ . - /), got ${typeof value === 'string' ? `'${value}'` : String(value)}`;
+
+export const statementNotInlinable = (what: string) =>
+  `A statement sent with the COMMIT has its values inlined, and this one has ${what}; send it with executeSql() instead`;
+
+export const parameterNotInlinable = (type: string) =>
+  `A statement sent with the COMMIT has its values inlined as literals; a value of type ${type === 'object' ? 'array or Buffer' : type} cannot be; send it with executeSql() instead`;
+
+export const pgBossSendChanged = (statements: number, returned: unknown, id: string) =>
+  `pg-boss's send() did not write one job as pg-boss 10 does (${statements} statements, id ${String(returned)} for ${id}): this pg-boss is not one the handoff supports (^10.4)`;

@@ -2,6 +2,7 @@ import { Module } from '@nestjs/common';
 import { DiscoveryModule } from '@nestjs/core';
 import { IdempotencyContext } from './core/idempotency-context.js';
 import { IdempotencyService } from './core/idempotency.service.js';
+import { JOB_ENQUEUER } from './core/job-enqueuer.js';
 import { SignatureGuardsExplorer } from './guards/signature-guards.explorer.js';
 import { resolveIdempotencyConfig } from './idempotency.config.js';
 import { IDEMPOTENCY_CONFIG } from './idempotency.constants.js';
@@ -14,6 +15,8 @@ import { claimStrategyProviders } from './strategies/claim-strategies.js';
 import { DELIVERY_TRANSPORT_REGISTRY, deliveryTransportProviders } from './transports/delivery-transports.js';
 import { IdempotencyExplorer } from './transports/idempotency.explorer.js';
 import { IdempotencyInterceptor } from './transports/idempotency.interceptor.js';
+import { HandoffMetrics } from './transports/queue/handoff-metrics.js';
+import { QueueHandoff } from './transports/queue/queue-handoff.js';
 
 /**
  * Exactly-one-effect event handlers on PostgreSQL + TypeORM, over HTTP, microservices and queues.
@@ -49,6 +52,10 @@ import { IdempotencyInterceptor } from './transports/idempotency.interceptor.js'
     IdempotencyContext,
     ExpiredLeaseReporter,
     IdempotencyClaims,
+    // The handoff to workers (pg-boss), idle without the handoff option.
+    HandoffMetrics,
+    QueueHandoff,
+    { provide: JOB_ENQUEUER, useExisting: QueueHandoff },
   ],
   // The interceptor is instantiated in whichever module declares the controller, and an
   // @Idempotent provider anywhere gets the service and config injected: both need these exported.
@@ -61,6 +68,8 @@ import { IdempotencyInterceptor } from './transports/idempotency.interceptor.js'
     IdempotencyContext,
     ExpiredLeaseReporter,
     IdempotencyClaims,
+    HandoffMetrics,
+    QueueHandoff,
   ],
 })
 export class IdempotencyModule extends ConfigurableModuleClass {}

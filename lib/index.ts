@@ -26,6 +26,13 @@ export { IdempotencyMetrics } from './idempotency.metrics.js';
 export { ExpiredLeaseReporter } from './maintenance/expired-lease.reporter.js';
 export { IdempotencyClaims } from './operator/idempotency-claims.service.js';
 export {
+  IdempotentWorker,
+  IDEMPOTENT_WORKER_METADATA,
+} from './transports/queue/idempotent-worker.decorator.js';
+export { QueueHandoff } from './transports/queue/queue-handoff.js';
+export { HandoffMetrics } from './transports/queue/handoff-metrics.js';
+export type { SqlExecutor } from './core/claim-strategy.js';
+export {
   IDEMPOTENCY_ENTITIES,
   idempotencyEntities,
   ProcessedEvent,
@@ -62,7 +69,13 @@ export type {
   ForgetClaimResult,
   ReleaseClaimResult,
   ReporterRunOptions,
+  DeadLetteredJob,
+  EnqueueOptions,
   ExpiredLease,
+  HandedOffEvent,
+  HandoffJob,
+  HandoffOptions,
+  HandoffQueueOptions,
   IdempotencyClaimOptions,
   IdempotencyKeyExtractor,
   IdempotencyModuleExtras,
@@ -71,6 +84,9 @@ export type {
   IdempotentRunOptions,
   IdempotentRunResult,
   IdempotentWebhookOptions,
+  IdempotentWorkerOptions,
+  JobOutcome,
+  QueueStats,
   AbandonedClaim,
   PoisonEvent,
   ReporterRunResult,

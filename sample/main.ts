@@ -56,6 +56,9 @@ function announce(config: SampleConfig): void {
   logger.log(
     `POST ${base}/webhooks/stripe/fulfilment  checkout.session.completed → ${config.fulfilmentUrl ?? 'log only (FULFILMENT_URL unset)'}`,
   );
+  logger.log(
+    `POST ${base}/webhooks/stripe/fulfilment-async  checkout.session.completed → 200 at once, a worker calls ${config.fulfilmentUrl ?? 'nothing (FULFILMENT_URL unset: log only)'}`,
+  );
   logger.log(`GET  ${base}/health   GET ${base}/metrics`);
   if (config.usingDevSecret) {
     logger.warn(

@@ -1,5 +1,5 @@
 /**
- * `npm run sample:send [orders|fulfilment]`: the newcomer's demo. Sends one correctly signed test
+ * `npm run sample:send [orders|fulfilment|fulfilment-async]`: the newcomer's demo. Sends one correctly signed test
  * event twice to the running sample and shows that the first delivery was processed and the
  * second replayed. Reads PORT and STRIPE_WEBHOOK_SECRET like the sample does.
  */
@@ -9,6 +9,7 @@ import { signPayload, testEvent, type SampleEventType } from './demo/stripe-test
 const ENDPOINTS: Record<string, { path: string; type: SampleEventType }> = {
   orders: { path: '/webhooks/stripe/orders', type: 'payment_intent.succeeded' },
   fulfilment: { path: '/webhooks/stripe/fulfilment', type: 'checkout.session.completed' },
+  'fulfilment-async': { path: '/webhooks/stripe/fulfilment-async', type: 'checkout.session.completed' },
 };
 
 const which = process.argv[2] ?? 'orders';
@@ -28,6 +29,7 @@ const signature = signPayload(payload, config.webhookSecret);
 console.log(`Sending ${event.type} ${event.id} to ${url}, twice\n`);
 const outcomes: string[] = [];
 for (const ordinal of ['1st', '2nd']) {
+  const sent = performance.now();
   let response: Response;
   try {
     response = await fetch(url, {
@@ -44,9 +46,13 @@ for (const ordinal of ['1st', '2nd']) {
   const outcome = response.status !== 200 ? 'failed' : replayed ? 'replayed' : 'processed';
   outcomes.push(outcome);
   const detail = replayed ? '(Idempotent-Replayed: true, the handler did not run again)' : body;
-  console.log(`  ${ordinal} delivery → ${response.status} ${outcome.padEnd(9)} ${detail}`);
+  const ms = Math.round(performance.now() - sent);
+  console.log(`  ${ordinal} delivery → ${response.status} ${outcome.padEnd(9)} in ${ms} ms ${detail}`);
 }
 
 const asExpected = outcomes[0] === 'processed' && outcomes[1] === 'replayed';
 console.log(asExpected ? '\nProcessed once, replayed once.' : '\nUnexpected outcome: see the sample’s log.');
+if (asExpected && which === 'fulfilment-async') {
+  console.log('Acknowledged once its job committed; a worker fulfils it now: see the sample’s log.');
+}
 process.exit(asExpected ? 0 : 1);

@@ -18,10 +18,37 @@ export interface ClaimSpec {
   readonly heartbeat?: boolean;
 }
 
+/**
+ * SQL sent on one connection, in the shape libraries that write inside a caller's transaction
+ * take (pg-boss's `db` option): pg's result, whose `rows` such a library reads.
+ */
+export interface SqlExecutor {
+  executeSql(text: string, values?: unknown[]): Promise<{ rows: any[]; rowCount: number | null }>;
+}
+
+/**
+ * SQL on the claim transaction's own connection: sent now (`executeSql`), or with the COMMIT, in
+ * the same round trip (`beforeCommit`).
+ */
+export interface TransactionExecutor extends SqlExecutor {
+  /**
+   * Sends `text` (a statement that may stand in a WITH: a SELECT, or an INSERT, UPDATE or DELETE
+   * with RETURNING) together with the COMMIT, its values inlined as literals: it costs no round
+   * trip of its own. With `mustWrite`, a statement that returns no row fails the COMMIT with that
+   * message (a data error, so the delivery fails and nothing is written).
+   */
+  beforeCommit(text: string, values: readonly unknown[], mustWrite?: string): void;
+}
+
 /** What a strategy hands the work it runs under a claim. */
 export interface ClaimHandle {
   /** The manager the work writes through: the claim's transaction, or the DataSource's. */
   manager: EntityManager;
+  /**
+   * Transaction mode: SQL on the claim transaction's own connection (what a job enqueued with
+   * the delivery is written through), refused once the transaction is over.
+   */
+  executor?: TransactionExecutor;
   /** External mode: the claim's fencing token. */
   leaseToken?: string;
   /** External mode: 1 for the first claim, then +1 for each re-claim. */

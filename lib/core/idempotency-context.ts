@@ -1,9 +1,11 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
-import { Injectable } from '@nestjs/common';
+import { Inject, Injectable, Optional } from '@nestjs/common';
 import type { EntityManager } from 'typeorm';
-import { outsideContext, notExternal } from '../idempotency.messages.js';
+import { handoffNotConfigured, outsideContext, notExternal } from '../idempotency.messages.js';
+import type { EnqueueOptions } from '../interfaces/index.js';
 import type { ClaimHandle } from './claim-strategy.js';
 import { processWide } from './process-wide.js';
+import { JOB_ENQUEUER, type JobEnqueuer } from './job-enqueuer.js';
 
 /** The delivery an idempotent handler runs for; one per claim, whatever the transport. */
 export interface IdempotentDelivery extends Readonly<ClaimHandle> {
@@ -41,6 +43,8 @@ export function runInIdempotencyContext<T>(delivery: IdempotentDelivery, fn: () 
  */
 @Injectable()
 export class IdempotencyContext {
+  constructor(@Optional() @Inject(JOB_ENQUEUER) private readonly enqueuer?: JobEnqueuer) {}
+
   /** True inside an idempotent handler. */
   get active(): boolean {
     return storage.getStore() !== undefined;
@@ -79,6 +83,31 @@ export class IdempotencyContext {
     const extend = this.delivery.extendLease;
     if (!extend) throw new Error(notExternal('extendLease()'));
     return extend(ms);
+  }
+
+  /**
+   * Transaction mode: hands the event to a worker. Writes a pg-boss job on `queue` in the claim's
+   * own transaction (sent with its COMMIT, in the same round trip), so the claim, the handler's
+   * writes and the job commit together or not at all, and the delivery is acknowledged after that
+   * one COMMIT. The job carries this
+   * delivery's key, scope and source; an `@IdempotentWorker` on `queue` runs it under a claim of
+   * its own. Resolves with the job's id; rejects (failing the delivery, which rolls back) when the
+   * queue does not exist or the module has no `handoff` option.
+   *
+   * ```ts
+   * await this.context.enqueue('fulfilment', { sessionId: session.id });
+   * ```
+   */
+  enqueue<T>(queue: string, data: T, options?: EnqueueOptions): Promise<string> {
+    let delivery: IdempotentDelivery;
+    try {
+      delivery = this.delivery;
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    if (!this.enqueuer)
+      return Promise.reject(new Error(handoffNotConfigured('IdempotencyContext.enqueue()')));
+    return this.enqueuer.enqueue(delivery, queue, data, options);
   }
 
   private get delivery(): IdempotentDelivery {

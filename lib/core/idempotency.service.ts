@@ -95,6 +95,7 @@ export class IdempotencyService implements OnModuleInit {
         source: spec.source,
         mode: spec.mode,
         manager: handle.manager,
+        executor: handle.executor,
         leaseToken: handle.leaseToken,
         attempt: handle.attempt,
         extendLease: handle.extendLease,

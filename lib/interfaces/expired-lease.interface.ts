@@ -1,3 +1,5 @@
+import type { DeadLetteredJob } from './handoff.interface.js';
+
 /** An external-mode claim whose lease ran out while still in progress: its worker probably died. */
 export interface ExpiredLease {
   scope: string;
@@ -55,4 +57,6 @@ export interface ReporterRunResult {
   deleted: number;
   /** Claims that never finished, removed by retention (each also logged as a warning). */
   abandoned: AbandonedClaim[];
+  /** Handoff jobs waiting in dead-letter queues (each also logged as an error); [] without `handoff`. */
+  deadLettered: DeadLetteredJob[];
 }

@@ -1,5 +1,6 @@
 import type { ClaimOutcomeEvent } from './claim-outcome.interface.js';
 import type { ExpiredLease } from './expired-lease.interface.js';
+import type { HandoffOptions } from './handoff.interface.js';
 
 /**
  * Options of `IdempotencyModule.forRoot()` / the object returned by `forRootAsync`'s `useFactory`.
@@ -133,6 +134,14 @@ export interface IdempotencyModuleOptions {
    * @default undefined (no sender configured)
    */
   signatures?: WebhookSignatureOptions;
+  /**
+   * Hand deliveries off to workers through pg-boss (an optional peer dependency, ^10.4):
+   * `IdempotencyContext.enqueue()` writes a job in the claim's transaction and
+   * `@IdempotentWorker` methods run each job under a claim of their own. pg-boss runs on the
+   * DataSource's pool, in its own schema. See the README's "Acknowledge fast".
+   * @default undefined (pg-boss is never loaded)
+   */
+  handoff?: HandoffOptions;
 }
 
 /** One sender's signing secret; several during a rotation (a delivery signed with any passes). */
@@ -192,6 +201,12 @@ export interface IdempotencyModuleExtras {
 
 /** The options with every default applied; what the library's services read. */
 export type IdempotencyConfig = Required<
-  Omit<IdempotencyModuleOptions, 'reportCron' | 'onExpiredLeases' | 'onOutcome' | 'signatures' | 'schema'>
+  Omit<
+    IdempotencyModuleOptions,
+    'reportCron' | 'onExpiredLeases' | 'onOutcome' | 'signatures' | 'schema' | 'handoff'
+  >
 > &
-  Pick<IdempotencyModuleOptions, 'reportCron' | 'onExpiredLeases' | 'onOutcome' | 'signatures' | 'schema'>;
+  Pick<
+    IdempotencyModuleOptions,
+    'reportCron' | 'onExpiredLeases' | 'onOutcome' | 'signatures' | 'schema' | 'handoff'
+  >;

@@ -16,6 +16,7 @@ import {
   REPORTER_SCOPE,
 } from '../idempotency.constants.js';
 import { IdempotencyMetrics } from '../idempotency.metrics.js';
+import { QueueHandoff } from '../transports/queue/queue-handoff.js';
 import {
   abandonedClaimRemoved,
   expiredLease,
@@ -51,10 +52,11 @@ interface Scheduler {
 
 /**
  * The cron service of external mode: reports leases whose worker died holding them (and poison
- * events that keep failing), and deletes old done rows. Registered through @nestjs/schedule's
- * SchedulerRegistry; the app imports `ScheduleModule.forRoot()` once (the library must not: each
- * call adds an explorer and jobs would run twice). Every replica runs the job; each tick is
- * claimed in the claims table, so one replica reports it.
+ * events that keep failing, and handoff jobs in dead-letter queues), and deletes old done rows.
+ * Registered through @nestjs/schedule's SchedulerRegistry; the app imports
+ * `ScheduleModule.forRoot()` once (the library must not: each call adds an explorer and jobs would
+ * run twice). Every replica runs the job; each tick is claimed in the claims table, so one replica
+ * reports it.
  */
 @Injectable()
 export class ExpiredLeaseReporter implements OnApplicationBootstrap, OnModuleDestroy {
@@ -68,6 +70,7 @@ export class ExpiredLeaseReporter implements OnApplicationBootstrap, OnModuleDes
     @Inject(IDEMPOTENCY_CONFIG) private readonly config: IdempotencyConfig,
     private readonly metrics: IdempotencyMetrics,
     private readonly moduleRef: ModuleRef,
+    private readonly handoff: QueueHandoff,
   ) {}
 
   async onApplicationBootstrap(): Promise<void> {
@@ -116,7 +119,16 @@ export class ExpiredLeaseReporter implements OnApplicationBootstrap, OnModuleDes
       // refresh it would keep whatever it saw the last tick it won, possibly long ago.
       const [count] = await this.dataSource.query(this.database.maintenance.expiredLeaseCount);
       this.metrics.setExpiredLeases(Number(count?.total ?? 0));
-      return { skipped: true, expired: [], expiredCount: 0, poison: [], deleted: 0, abandoned: [] };
+      await this.handoff.report(false);
+      return {
+        skipped: true,
+        expired: [],
+        expiredCount: 0,
+        poison: [],
+        deleted: 0,
+        abandoned: [],
+        deadLettered: [],
+      };
     }
     await this.dataSource.query(this.database.maintenance.ticksPrune, [REPORTER_SCOPE]);
 
@@ -130,8 +142,17 @@ export class ExpiredLeaseReporter implements OnApplicationBootstrap, OnModuleDes
     for (const event of poison) {
       this.logger.error(poisonEvent(event.scope, event.key, event.attempts, event.lastError));
     }
+    const deadLettered = await this.handoff.report(true);
     const { deleted, abandoned } = await this.applyRetention();
-    return { skipped: false, expired: expired.leases, expiredCount, poison, deleted, abandoned };
+    return {
+      skipped: false,
+      expired: expired.leases,
+      expiredCount,
+      poison,
+      deleted,
+      abandoned,
+      deadLettered,
+    };
   }
 
   private async tick(): Promise<void> {

@@ -1,11 +1,24 @@
 import type { PoolClient, QueryResult } from 'pg';
 import type { EntityManager, QueryRunner } from 'typeorm';
+import type { TransactionExecutor } from '../core/claim-strategy.js';
 import { processWide } from '../core/process-wide.js';
-import { claimUnsettled } from '../idempotency.messages.js';
+import { claimTransactionOver, claimUnsettled } from '../idempotency.messages.js';
 import { beginAndClaimSql, type ClaimStatements } from './claim.sql.js';
-import { DUPLICATE_PREPARED_STATEMENT, errorCode } from './pg-errors.js';
+import {
+  executeArguments,
+  inlineParameters,
+  statementTemplate,
+  type StatementTemplate,
+} from './inline-parameters.js';
+import { DUPLICATE_PREPARED_STATEMENT, errorCode, INVALID_TEXT_REPRESENTATION } from './pg-errors.js';
 import type { PreparedStatements } from './prepared-statements.js';
 import { claimQuery, isPreparedStatementMiss, type ClaimStatement } from './statement-executor.js';
+
+/** A statement to send with the COMMIT. */
+interface DeferredStatement {
+  template: StatementTemplate;
+  values: readonly unknown[];
+}
 import { adoptTransaction, connectRunner, forgetTransaction } from './typeorm-internals.js';
 
 /**
@@ -67,8 +80,40 @@ export interface ClaimTransactionOptions {
  * (its `manager.transaction()` nests as a savepoint). TypeORM subscribers still hear of every
  * start, commit and rollback: when the DataSource has any, those go through the runner.
  */
-export class ClaimTransaction {
+/**
+ * A statement sent with the COMMIT (see beforeCommit) returned no row, so the COMMIT did not run:
+ * a data error (SQLSTATE 22P02, as Postgres raised it), so the delivery fails as if its handler had
+ * thrown, and nothing is written.
+ */
+export class DeferredWriteMissingError extends Error {
+  readonly code = INVALID_TEXT_REPRESENTATION;
+  constructor(message: string) {
+    super(message);
+    this.name = 'DeferredWriteMissingError';
+  }
+}
+
+/**
+ * A statement sent with the COMMIT met a server connection whose prepared state was not what this
+ * process believed (26000, 42P05: a transaction-mode pooler, DEALLOCATE ALL): nothing was written,
+ * the belief is corrected, and the whole transaction may run again, as after a serialization
+ * failure.
+ */
+export class DeferredStatementMissError extends Error {
+  constructor(readonly code: string) {
+    super(
+      `a statement sent with the COMMIT missed its prepared state (SQLSTATE ${code}); nothing was written`,
+    );
+    this.name = 'DeferredStatementMissError';
+  }
+}
+
+export class ClaimTransaction implements TransactionExecutor {
   private client?: PoolClient;
+  /** Statements to send with the COMMIT; undefined until beforeCommit() is called. */
+  private deferred?: DeferredStatement[];
+  /** The `mustWrite` messages of the deferred statements. */
+  private mustWrite?: string[];
   /** release() was called: the runner's release from then on is ours, not a lost connection's. */
   private released = false;
 
@@ -188,6 +233,43 @@ export class ClaimTransaction {
   }
 
   /**
+   * Runs `text` on this transaction's own connection, inside the transaction: what a library that
+   * takes a caller's connection (pg-boss's `db` option) writes through, so its rows commit or roll
+   * back with the claim. TypeORM's manager.query() cannot serve there: it answers an UPDATE or a
+   * DELETE with a [rows, count] pair. Refused once the transaction is over, so that a handler that
+   * kept it cannot autocommit on a connection returned to the pool.
+   */
+  executeSql(text: string, values?: unknown[]): Promise<QueryResult> {
+    if (!this.client || !this.runner.isTransactionActive || this.released) {
+      return Promise.reject(new Error(claimTransactionOver()));
+    }
+    return this.client.query(text, values);
+  }
+
+  /**
+   * See TransactionExecutor.beforeCommit: the statement goes out in the COMMIT's own simple query,
+   * so a handler that hands its event off costs no round trip more than one that does not.
+   * `mustWrite` wraps it so that no row returned becomes an error that carries the message (a cast
+   * of the message to integer, evaluated only then), which stops the query before its COMMIT.
+   */
+  beforeCommit(text: string, values: readonly unknown[], mustWrite?: string): void {
+    if (!this.client || !this.runner.isTransactionActive || this.released) {
+      throw new Error(claimTransactionOver());
+    }
+    const template = statementTemplate(text);
+    const deferred = (this.deferred ??= []);
+    if (mustWrite === undefined) {
+      deferred.push({ template, values });
+      return;
+    }
+    (this.mustWrite ??= []).push(mustWrite);
+    // The message is one more value, so the wrapped statement is one text, prepared once.
+    const message = `$${template.parameters + 1}`;
+    const wrapped = `WITH written AS (${text}) SELECT (CASE WHEN count(*) = 0 THEN ${message} END)::int FROM written`;
+    deferred.push({ template: statementTemplate(wrapped), values: [...values, mustWrite] });
+  }
+
+  /**
    * Sends an autocommitted statement on this delivery's connection once its transaction is over
    * (a handler's failure record): no second pool connection, which a pool of one would never give.
    * Unnamed, as it is rare.
@@ -223,7 +305,64 @@ export class ClaimTransaction {
     await broadcaster.broadcast(action === 'COMMIT' ? 'AfterTransactionCommit' : 'AfterTransactionRollback');
   }
 
+  /**
+   * The deferred statements and the COMMIT as one simple query. Prepared (while the module
+   * prepares its statements), each is `EXECUTE` of a statement the connection PREPAREd the first
+   * time it sent it, in that same query, so Postgres plans it once per connection; otherwise its
+   * text with the values inlined. A statement that fails stops the query before the COMMIT and
+   * leaves the transaction aborted: it is rolled back here, so that the connection goes back to
+   * the pool clean, and the error is the statement's (a prepared-state miss: retry it all).
+   */
+  private async commitWithDeferred(client: PoolClient, deferred: DeferredStatement[]): Promise<void> {
+    const { prepared } = this.options;
+    const escape = (value: string) => client.escapeLiteral(value);
+    const known = preparedConnections.get(client);
+    const preparing = new Set<string>();
+    const parts: string[] = [];
+    for (const { template, values } of deferred) {
+      if (!prepared.active) {
+        parts.push(inlineParameters(template.text, values, escape));
+        continue;
+      }
+      const { name } = template;
+      if (!known?.has(name) && !preparing.has(name)) {
+        preparing.add(name);
+        parts.push(`PREPARE ${name} AS ${template.text}`);
+      }
+      parts.push(`EXECUTE ${name} ${executeArguments(template, values, escape)}`);
+    }
+    parts.push('COMMIT');
+    let results: QueryResult[];
+    try {
+      results = (await client.query(parts.join(';\n'))) as unknown as QueryResult[];
+    } catch (error) {
+      await client.query('ROLLBACK').catch(() => undefined);
+      forgetTransaction(this.runner);
+      if (isPreparedStatementMiss(error)) {
+        const code = errorCode(error)!;
+        // 42P05: a PREPARE found its name there already; 26000: an EXECUTE found it missing.
+        for (const { template } of deferred) {
+          prepared.missed(template.name, code);
+          remember(client, template.name, code === DUPLICATE_PREPARED_STATEMENT);
+        }
+        throw new DeferredStatementMissError(code);
+      }
+      const missing =
+        errorCode(error) === INVALID_TEXT_REPRESENTATION
+          ? this.mustWrite?.find((message) => (error as Error).message.includes(message))
+          : undefined;
+      throw missing ? new DeferredWriteMissingError(missing) : error;
+    }
+    forgetTransaction(this.runner);
+    for (const name of preparing) remember(client, name, true);
+    // Postgres answers the COMMIT of an aborted transaction with the tag ROLLBACK.
+    if (results[results.length - 1].command === 'ROLLBACK') throw new CommitRolledBackError();
+  }
+
   private send(client: PoolClient, action: 'COMMIT' | 'ROLLBACK'): Promise<void> {
+    const deferred = this.deferred;
+    this.deferred = undefined;
+    if (deferred && action === 'COMMIT') return this.commitWithDeferred(client, deferred);
     // Whatever the answer, the transaction is over (a failed COMMIT ends it too, or the connection).
     return client.query(action).then(
       (result) => {

@@ -13,6 +13,12 @@ export const UNKNOWN_PREPARED_STATEMENT = '26000';
 /** PREPARE of a name the connection already has (another module, or a pooler, got there first). */
 export const DUPLICATE_PREPARED_STATEMENT = '42P05';
 
+/**
+ * A value that is not of its type's text form; also how a statement sent with the COMMIT reports
+ * that it wrote nothing (ClaimTransaction.beforeCommit).
+ */
+export const INVALID_TEXT_REPRESENTATION = '22P02';
+
 /** Serialization failure or deadlock: safe to re-run the whole claim in a fresh transaction. */
 const RETRYABLE_CODES = new Set(['40001', '40P01']);
 

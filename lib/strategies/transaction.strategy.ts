@@ -18,6 +18,7 @@ import { ClaimDatabase } from '../postgres/claim-database.js';
 import {
   ClaimTransaction,
   CommitRolledBackError,
+  DeferredStatementMissError,
   type ClaimTransactionOptions,
 } from '../postgres/claim-transaction.js';
 import {
@@ -134,7 +135,7 @@ export class TransactionStrategy implements ClaimStrategy {
           const started = performance.now();
           let value: T;
           try {
-            value = await work({ manager: transaction.manager });
+            value = await work({ manager: transaction.manager, executor: transaction });
           } catch (error) {
             this.warnIfSlow(spec.scope, performance.now() - started);
             await rollbackQuietly(transaction);
@@ -154,8 +155,9 @@ export class TransactionStrategy implements ClaimStrategy {
           try {
             await transaction.end('COMMIT');
           } catch (error) {
-            if (isRetryable(error)) {
-              // Postgres refused the COMMIT itself (serializable isolation): nothing was written.
+            // Postgres refused the COMMIT itself (serializable isolation), or a statement sent with
+            // it met a pooler's server connection without its prepared state: nothing was written.
+            if (isRetryable(error) || error instanceof DeferredStatementMissError) {
               await rollbackQuietly(transaction);
               if (retriesLeft) continue;
               throw this.unavailable(spec, key, error, claimFailedLog);

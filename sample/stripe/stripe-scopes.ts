@@ -6,7 +6,14 @@
 export const STRIPE_SCOPES = {
   orders: 'stripe.orders',
   fulfilment: 'stripe.fulfilment',
+  /** The async endpoint's claim: the event is acknowledged once its job is committed. */
+  fulfilmentAsync: 'stripe.fulfilment-async',
+  /** The fulfilment worker's claim, per job: the call to the fulfilment API. */
+  fulfilmentWorker: 'stripe.fulfilment-worker',
 } as const;
+
+/** The pg-boss queue the async endpoint hands fulfilments to. */
+export const FULFILMENT_QUEUE = 'stripe-fulfilment';
 
 /** Stored with each claim for reporting. */
 export const STRIPE_SOURCE = 'stripe';

@@ -1,16 +1,19 @@
 import { Module } from '@nestjs/common';
 import { FulfilmentClient } from './fulfilment.client.js';
 import { FulfilmentService } from './fulfilment.service.js';
+import { FulfilmentWorker } from './fulfilment.worker.js';
 import { OrdersService } from './orders.service.js';
+import { StripeFulfilmentAsyncController } from './stripe-fulfilment-async.controller.js';
 import { StripeFulfilmentController } from './stripe-fulfilment.controller.js';
 import { StripeOrdersController } from './stripe-orders.controller.js';
 
 /**
- * Stripe webhooks: two endpoints behind the library's StripeSignatureGuard (its secret is the
- * IdempotencyModule's `signatures.stripe`), each with its own claim scope.
+ * Stripe webhooks: three endpoints behind the library's StripeSignatureGuard (its secret is the
+ * IdempotencyModule's `signatures.stripe`), each with its own claim scope, and the worker the
+ * async fulfilment endpoint hands its jobs to.
  */
 @Module({
-  controllers: [StripeOrdersController, StripeFulfilmentController],
-  providers: [OrdersService, FulfilmentService, FulfilmentClient],
+  controllers: [StripeOrdersController, StripeFulfilmentController, StripeFulfilmentAsyncController],
+  providers: [OrdersService, FulfilmentService, FulfilmentClient, FulfilmentWorker],
 })
 export class StripeModule {}

@@ -1,0 +1,196 @@
+import type { Logger } from '@nestjs/common';
+import type { ClaimResult } from '../../core/claim-result.js';
+import type { IdempotencyService } from '../../core/idempotency.service.js';
+import {
+  jobFailed,
+  jobInFlight,
+  jobNotHandedOff,
+  jobSettleFailed,
+  pgBossFailed,
+} from '../../idempotency.messages.js';
+import type { HandoffJob } from '../../interfaces/index.js';
+import type { HandoffMetrics } from './handoff-metrics.js';
+import { readHandoffPayload } from './handoff-payload.js';
+import type { IdempotentWorkerMetadata } from './idempotent-worker.decorator.js';
+import type { PgBoss, PgBossJob } from './pg-boss.js';
+
+/** One `@IdempotentWorker` method, found on its provider's instance. */
+export interface WorkerRegistration extends IdempotentWorkerMetadata {
+  /** `Class.method`, for messages. */
+  where: string;
+  /** Calls the method on its instance. */
+  call: (job: HandoffJob) => unknown;
+}
+
+/** What a WorkerLoop needs from the handoff. */
+export interface WorkerLoopDeps {
+  boss: PgBoss;
+  service: IdempotencyService;
+  metrics: HandoffMetrics;
+  logger: Logger;
+  pollingIntervalMs: number;
+}
+
+/**
+ * Fetches one worker's jobs and runs each under its claim, `concurrency` at a time. pg-boss 10
+ * has no worker that runs inside a caller's transaction, so this loop is the handoff's own: it
+ * fetches (autocommitted: the job is marked active and its retry counted, as pg-boss's own
+ * work() does), then runs the method in the claim's transaction and completes the job through
+ * that same transaction (transaction mode), or completes it once the lease is marked done
+ * (external mode). A failure fails the job, autocommitted, so pg-boss's retries and dead letter
+ * apply. Each turn awaits a fetch, a finished job or the polling interval, and stop() ends it.
+ */
+export class WorkerLoop {
+  private readonly running = new Set<Promise<void>>();
+  private stopping = false;
+  private wake?: () => void;
+  private loop?: Promise<void>;
+
+  constructor(
+    private readonly worker: WorkerRegistration,
+    private readonly deps: WorkerLoopDeps,
+  ) {}
+
+  start(): void {
+    this.loop ??= this.fetchLoop();
+  }
+
+  /**
+   * Stops fetching and waits up to `drainMs` for the running jobs; resolves with how many are
+   * still running then (left for pg-boss to hand out again once they expire).
+   */
+  async stop(drainMs: number): Promise<number> {
+    this.stopping = true;
+    this.wake?.();
+    // The loop ends at its next turn: after a fetch, a finished job or the woken idle wait.
+    const drained = (async () => {
+      await this.loop;
+      await Promise.all(this.running);
+      return true;
+    })();
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const timedOut = new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), drainMs)));
+    const finished = await Promise.race([drained, timedOut]);
+    clearTimeout(timer);
+    return finished ? 0 : this.running.size;
+  }
+
+  private async fetchLoop(): Promise<void> {
+    const { boss, logger } = this.deps;
+    const { queue, concurrency } = this.worker;
+    while (!this.stopping) {
+      if (this.running.size >= concurrency) {
+        await Promise.race(this.running);
+        continue;
+      }
+      let jobs: PgBossJob[] = [];
+      try {
+        jobs =
+          (await boss.fetch(queue, { batchSize: concurrency - this.running.size, includeMetadata: true })) ??
+          [];
+      } catch (error) {
+        logger.error(pgBossFailed(error));
+      }
+      // Fetched jobs are active now: they run even when stop() came meanwhile, and count for its drain.
+      for (const job of jobs) {
+        const run: Promise<void> = this.run(job)
+          .catch((error: unknown) => logger.error(pgBossFailed(error)))
+          .finally(() => this.running.delete(run));
+        this.running.add(run);
+      }
+      if (jobs.length === 0 && !this.stopping) await this.idle();
+    }
+  }
+
+  /** Waits the polling interval, or less when stop() is called. */
+  private idle(): Promise<void> {
+    return new Promise((resolve) => {
+      const timer = setTimeout(done, this.deps.pollingIntervalMs);
+      function done() {
+        clearTimeout(timer);
+        resolve();
+      }
+      this.wake = done;
+    });
+  }
+
+  private async run(job: PgBossJob): Promise<void> {
+    const { boss, service, metrics } = this.deps;
+    const { queue, spec, sourceFromEvent, call } = this.worker;
+    const attempt = job.retryCount + 1;
+    const lastAttempt = job.retryCount >= job.retryLimit;
+    const payload = readHandoffPayload(job.data);
+    if (!payload) {
+      await this.fail(job, '', attempt, lastAttempt, new Error(jobNotHandedOff(queue, job.id)));
+      return;
+    }
+    const { event } = payload;
+    const handoffJob: HandoffJob = { id: job.id, queue, data: payload.data, event, attempt };
+    let completedInTransaction = false;
+    let result: ClaimResult<unknown>;
+    try {
+      result = await service.execute(
+        sourceFromEvent ? { ...spec, source: event.source } : spec,
+        event.key,
+        async (delivery) => {
+          const value = await call(handoffJob);
+          // Transaction mode: the job's completion commits with the claim and the method's writes.
+          if (delivery.executor) {
+            await boss.complete(queue, job.id, undefined, { db: delivery.executor });
+            completedInTransaction = true;
+          }
+          return value;
+        },
+      );
+    } catch (error) {
+      await this.fail(job, event.key, attempt, lastAttempt, error);
+      return;
+    }
+    switch (result.kind) {
+      case 'processed':
+        // External mode: completed after the lease is marked done, so a crash in between leaves
+        // a job that expires, is handed out again and is answered by its done claim.
+        if (!completedInTransaction) await this.complete(job);
+        metrics.count('completed', queue);
+        return;
+      case 'replayed':
+        await this.complete(job);
+        metrics.count('replayed', queue);
+        return;
+      case 'in_flight':
+        await this.fail(job, event.key, attempt, lastAttempt, new Error(jobInFlight(queue, event.key)));
+        return;
+    }
+  }
+
+  private async complete(job: PgBossJob): Promise<void> {
+    try {
+      await this.deps.boss.complete(this.worker.queue, job.id);
+    } catch (error) {
+      this.deps.logger.error(jobSettleFailed(this.worker.queue, job.id, 'completed', error));
+    }
+  }
+
+  private async fail(
+    job: PgBossJob,
+    key: string,
+    attempt: number,
+    lastAttempt: boolean,
+    error: unknown,
+  ): Promise<void> {
+    const { boss, metrics, logger } = this.deps;
+    const { queue } = this.worker;
+    const message = error instanceof Error ? error.message : String(error);
+    metrics.count('failed', queue);
+    metrics.count(lastAttempt ? 'dead_lettered' : 'retried', queue);
+    const log = jobFailed(queue, job.id, key || '(none)', attempt, !lastAttempt, error);
+    if (lastAttempt) logger.error(log);
+    else logger.warn(log);
+    try {
+      // pg-boss keeps this as the job's output, and copies it to the dead-letter job.
+      await boss.fail(queue, job.id, { message, key, attempt });
+    } catch (failError) {
+      logger.error(jobSettleFailed(queue, job.id, 'failed', failError));
+    }
+  }
+}
