@@ -75,10 +75,11 @@ export async function measureNetworkPaths(context: NetworkPathsContext): Promise
       if (options.unprepared && delayMs !== 0)
         path.servers.unprepared = await startServer(context, url, false);
     }
-    // Every route warmed about as long as the main server's were before their first cell.
+    // Every route warmed about as long as the main server's were before their first cell; with
+    // --paths-only the main server ran no cells, so it is warmed the same way.
     for (const path of paths) {
       for (const [prepared, side] of Object.entries(path.servers)) {
-        if (!side.own) continue;
+        if (!side.own && !options.pathsOnly) continue;
         log(`${adapter} paths: warming ${path.name} ${prepared}`);
         const name = (variant: Variant) => `${adapter} ${path.name} ${prepared} /${variant}`;
         await warmRoutes(side.load, PATH_VARIANTS, options.warmS + options.cellS, databaseUrl, name);

@@ -167,7 +167,9 @@ export async function runAdapter(
     }
 
     const cpu =
-      options.profileS > 0 && !options.pathsOnly ? await profile(options, server, load, adapter, target) : null;
+      options.profileS > 0 && !options.pathsOnly
+        ? await profile(options, server, load, adapter, target)
+        : null;
     return {
       adapter,
       startedAt,

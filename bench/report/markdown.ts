@@ -159,7 +159,10 @@ function pathsReps(paths: NetworkPathsResult): string[] {
   const groups = new Map<string, { lib: number[]; raw: number[]; errors: number }>();
   for (const sides of paths.reps) {
     for (const side of sides) {
-      const pair = side.variant.startsWith('lib-tx') || side.variant === 'raw-tx' ? 'lib-tx/raw-tx' : 'lib-external/raw-lease';
+      const pair =
+        side.variant.startsWith('lib-tx') || side.variant === 'raw-tx'
+          ? 'lib-tx/raw-tx'
+          : 'lib-external/raw-lease';
       const key = [side.path, side.prepared, pair, side.workload].join('|');
       const group = groups.get(key) ?? { lib: [], raw: [], errors: 0 };
       group[side.variant.startsWith('lib-') ? 'lib' : 'raw'].push(side.eventsPerSecond);

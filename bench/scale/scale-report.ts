@@ -156,9 +156,10 @@ export function renderScaleMarkdown(run: ScaleRun): string {
     lines.push(
       `## Maintenance statements, ${level.label}`,
       '',
-      `Each statement ${options.runs} times per plan mode, prepared (\`PREPARE\`, then \`EXECUTE\` under ` +
-        '`plan_cache_mode = force_custom_plan` or `force_generic_plan`); execution and planning from EXPLAIN ' +
-        '(ANALYZE, BUFFERS), wall time of the plain EXECUTE at the client on loopback. Writes are rolled back ' +
+      `Each statement ${options.runs} times per plan mode (3 when a run takes over a second), prepared ` +
+        '(`PREPARE`, then `EXECUTE` under `plan_cache_mode = force_custom_plan` or `force_generic_plan`); ' +
+        'execution and planning from EXPLAIN (ANALYZE, BUFFERS, TIMING OFF), wall time of the plain EXECUTE ' +
+        'at the client on loopback. Writes are rolled back ' +
         `after each run. Parameters as the reporter sends them: retentionDays ${options.retentionDays}, ` +
         `retentionBatchSize ${options.retentionBatchSize}, maxAttempts ${options.maxAttempts}.`,
       '',

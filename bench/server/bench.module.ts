@@ -35,7 +35,9 @@ export class BenchModule {
         IdempotencyModule.forRoot({
           reporter: false,
           concurrentDuplicateWaitMs: settings.duplicateWaitMs,
-          ...(settings.preparedStatements !== undefined && { preparedStatements: settings.preparedStatements }),
+          ...(settings.preparedStatements !== undefined && {
+            preparedStatements: settings.preparedStatements,
+          }),
         }),
       ],
       controllers: [BenchController],
