@@ -48,11 +48,32 @@ export async function startBaselineServer(
     entry: checkout.serverEntry,
   });
   const load = loadOn(server.url);
-  const checker = new pg.Client({ connectionString: databaseUrl });
   try {
-    await checker.connect();
-    for (const variant of BASELINE_VARIANTS) {
-      const result = await load(variant, 'unique', baselineWarmS(options));
+    const name = (variant: Variant) => `baseline ${checkout.ref} ${adapter} /${variant}`;
+    await warmRoutes(load, BASELINE_VARIANTS, baselineWarmS(options), databaseUrl, name);
+  } catch (error) {
+    await server.stop();
+    throw new Error(`${(error as Error).message}\n${server.log.lines.join('\n')}`, { cause: error });
+  }
+  return { server, load };
+}
+
+/**
+ * Runs each of `variants` for `seconds` on a server (through `load`) and checks that every answer
+ * was 2xx with its order row in the database: a server that fails fast would otherwise look fast.
+ */
+export async function warmRoutes(
+  load: LoadFn,
+  variants: readonly Variant[],
+  seconds: number,
+  databaseUrl: string,
+  name: (variant: Variant) => string,
+): Promise<void> {
+  const checker = new pg.Client({ connectionString: databaseUrl });
+  await checker.connect();
+  try {
+    for (const variant of variants) {
+      const result = await load(variant, 'unique', seconds);
       const { rows } = await checker.query(
         `SELECT count(*)::int AS n FROM unnest($1::text[]) AS answered(id)
          WHERE NOT EXISTS (SELECT 1 FROM orders WHERE event_id = answered.id)`,
@@ -61,19 +82,14 @@ export async function startBaselineServer(
       const failed = result.non2xx + result.errors;
       if (failed > 0 || rows[0].n > 0 || result.answeredIds.length === 0) {
         throw new Error(
-          `baseline ${checkout.ref} ${adapter} /${variant}: ${result.answeredIds.length} answered 2xx, ` +
-            `${failed} failed (${JSON.stringify(result.statuses)}), ${rows[0].n} without their order row\n` +
-            server.log.lines.join('\n'),
+          `${name(variant)}: ${result.answeredIds.length} answered 2xx, ` +
+            `${failed} failed (${JSON.stringify(result.statuses)}), ${rows[0].n} without their order row`,
         );
       }
     }
-  } catch (error) {
-    await server.stop();
-    throw error;
   } finally {
     await checker.end();
   }
-  return { server, load };
 }
 
 /**

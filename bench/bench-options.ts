@@ -27,11 +27,21 @@ export interface BenchOptions {
    * in the headline repetitions (undefined: no baseline).
    */
   baseline?: string;
+  /**
+   * One-way delays, in ms, of the proxied paths between the app and PostgreSQL measured beside
+   * loopback (a 0 ms proxy is added as the control); empty: no proxied paths.
+   */
+  latencyMs: number[];
+  /** Also measure the library with `preparedStatements: false` on every path but the 0 ms control. */
+  unprepared: boolean;
+  /** Only the traces and the network-path comparison: no tables, headline ratios, storm or profile. */
+  pathsOnly: boolean;
 }
 
 const USAGE = `npm run bench -- [--quick] [--adapter express|fastify|both] [--connections 32] [--pool 10]
   [--duration S] [--reps N] [--ratio-duration S] [--storm-rate N] [--storm-hold-ms MS]
-  [--duplicate-wait-ms MS] [--profile-duration S | --no-profile] [--baseline GIT-REF]`;
+  [--duplicate-wait-ms MS] [--profile-duration S | --no-profile] [--baseline GIT-REF]
+  [--latency-ms MS[,MS...]] [--unprepared] [--paths-only]`;
 
 /** Parses `npm run bench -- ...`; --quick picks short durations for a CI smoke run (< 60 s). */
 export function parseBenchOptions(argv: string[]): BenchOptions {
@@ -51,6 +61,9 @@ export function parseBenchOptions(argv: string[]): BenchOptions {
       'no-profile': { type: 'boolean', default: false },
       'profile-duration': { type: 'string' },
       baseline: { type: 'string' },
+      'latency-ms': { type: 'string' },
+      unprepared: { type: 'boolean', default: false },
+      'paths-only': { type: 'boolean', default: false },
       help: { type: 'boolean', default: false },
     },
   });
@@ -69,6 +82,22 @@ export function parseBenchOptions(argv: string[]): BenchOptions {
     if (!(parsed >= 0)) throw new Error(`not a number: ${value}\n${USAGE}`);
     return parsed;
   };
+  const latencyMs = (values['latency-ms'] ?? '')
+    .split(',')
+    .filter((value) => value.trim() !== '')
+    .map((value) => number(value.trim(), 0))
+    // 0 ms is the control, always measured beside the others.
+    .filter((delay, index, all) => delay > 0 && all.indexOf(delay) === index)
+    .sort((a, b) => a - b);
+  if (values['latency-ms'] !== undefined && latencyMs.length === 0) {
+    throw new Error(`--latency-ms takes one or more delays above 0 ms, e.g. 0.5\n${USAGE}`);
+  }
+  if (values['paths-only'] && latencyMs.length === 0 && !values.unprepared) {
+    throw new Error(`--paths-only needs --latency-ms or --unprepared\n${USAGE}`);
+  }
+  if (values['paths-only'] && values.baseline) {
+    throw new Error(`--paths-only measures no headline ratios for --baseline to join\n${USAGE}`);
+  }
   const quick = values.quick;
   const holdMs = number(values['storm-hold-ms'], quick ? 750 : 7_000);
   return {
@@ -92,5 +121,8 @@ export function parseBenchOptions(argv: string[]): BenchOptions {
     duplicateWaitMs:
       values['duplicate-wait-ms'] === undefined ? undefined : number(values['duplicate-wait-ms'], 0),
     baseline: values.baseline || undefined,
+    latencyMs,
+    unprepared: values.unprepared,
+    pathsOnly: values['paths-only'],
   };
 }

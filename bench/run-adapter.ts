@@ -10,6 +10,7 @@ import {
 } from './baseline-comparison.js';
 import type { AdapterName, BenchOptions } from './bench-options.js';
 import { keepAliveAgent, postJson } from './load/http-post.js';
+import { measureNetworkPaths } from './network-paths.js';
 import { runLoad, type LoadResult } from './load/load-run.js';
 import { round, spread } from './load/percentiles.js';
 import { runStorm } from './load/storm.js';
@@ -86,10 +87,10 @@ export async function runAdapter(
     log(`${adapter}: server at ${server.url}, warming up`);
     for (const variant of VARIANTS) await load(variant, 'unique', options.warmS);
 
-    const traces = await traceAll(server, nextCell().next);
+    const traces = (await traceAll(server, nextCell().next, VARIANTS)) as AdapterResult['traces'];
 
     const cells: CellResult[] = [];
-    for (const workload of WORKLOADS) {
+    for (const workload of options.pathsOnly ? [] : WORKLOADS) {
       for (const variant of VARIANTS) {
         if (options.mode === 'full') await load(variant, workload, options.warmS);
         const ids = nextCell();
@@ -101,9 +102,11 @@ export async function runAdapter(
       }
     }
 
-    let ratios: Record<string, RatioResult>;
+    let ratios: Record<string, RatioResult> = {};
     let baselineResult: Pick<AdapterResult, 'baseline' | 'baselineServerLog'> = {};
-    if (baseline) {
+    if (options.pathsOnly) {
+      // Only the traces and the network paths below.
+    } else if (baseline) {
       // The same database when the schema is the same: both servers then write to the very same
       // tables and indexes, so the direct ratio differs by the library's code alone.
       const baselineUrl = baseline.sameSchema
@@ -125,8 +128,21 @@ export async function runAdapter(
     } else {
       ratios = (await interleavedRatios(options, load, adapter)).ratios;
     }
+    const paths =
+      options.latencyMs.length > 0 || options.unprepared
+        ? await measureNetworkPaths({
+            options,
+            adapter,
+            databaseUrl: database.url,
+            main: { server, load },
+            loadOn,
+            trace: (other, variants) => traceAll(other, nextCell().next, variants),
+            log,
+          })
+        : undefined;
+
     const storm = [];
-    for (const variant of options.storm.variants) {
+    for (const variant of options.pathsOnly ? [] : options.storm.variants) {
       const ids = nextCell();
       const result = await runStorm({
         url: server.url,
@@ -150,7 +166,10 @@ export async function runAdapter(
       );
     }
 
-    const cpu = options.profileS > 0 ? await profile(options, server, load, adapter, target) : null;
+    const cpu =
+      options.profileS > 0 && !options.pathsOnly
+        ? await profile(options, server, load, adapter, target)
+        : null;
     return {
       adapter,
       startedAt,
@@ -166,6 +185,7 @@ export async function runAdapter(
       cpu,
       serverLog: { lines: server.log.count, tail: server.log.lines },
       ...baselineResult,
+      ...(paths && { paths }),
     };
   } finally {
     await checker.end();
@@ -175,10 +195,10 @@ export async function runAdapter(
 }
 
 /** One new event and then a duplicate of it, through each variant, every statement recorded. */
-async function traceAll(server: ServerProcess, nextId: () => string) {
+async function traceAll(server: ServerProcess, nextId: () => string, variants: readonly Variant[]) {
   const agent = keepAliveAgent(1);
-  const traces = {} as Record<Variant, { first: Trace; duplicate: Trace }>;
-  for (const variant of VARIANTS) {
+  const traces: Partial<Record<Variant, { first: Trace; duplicate: Trace }>> = {};
+  for (const variant of variants) {
     const body = stripeEventBody(nextId(), 1);
     const send = async (): Promise<Trace> => {
       const { result, queries } = await server.trace(() => postJson(agent, server.url, `/${variant}`, body));

@@ -7,7 +7,7 @@ import * as prettier from 'prettier';
 import { baselineWarmS } from './baseline-comparison.js';
 import { parseBenchOptions } from './bench-options.js';
 import { summarize, type AdapterResult, type BenchRun } from './report/bench-result.js';
-import { renderMarkdown, renderReadmeSummary } from './report/markdown.js';
+import { renderMarkdown, renderPathsSummary, renderReadmeSummary } from './report/markdown.js';
 import { runAdapter } from './run-adapter.js';
 import { checkoutBaseline, type BaselineCheckout } from './support/baseline-checkout.js';
 import { startBenchPostgres } from './support/bench-postgres.js';
@@ -23,8 +23,8 @@ const REPO_DIR = fileURLToPath(new URL('../../', import.meta.url));
 const BENCH_DIR = fileURLToPath(new URL('../../bench/', import.meta.url));
 const RESULTS_DIR = join(BENCH_DIR, 'results');
 const README = join(BENCH_DIR, 'README.md');
-const LATEST_START = '<!-- latest:start -->';
-const LATEST_END = '<!-- latest:end -->';
+const LATEST = { start: '<!-- latest:start -->', end: '<!-- latest:end -->' };
+const PATHS = { start: '<!-- paths:start -->', end: '<!-- paths:end -->' };
 
 const options = parseBenchOptions(process.argv.slice(2));
 const began = Date.now();
@@ -45,6 +45,9 @@ if (baseline) {
 }
 const name =
   `${stamp}-${options.adapters.join('-')}${options.mode === 'quick' ? '-quick' : ''}` +
+  (options.latencyMs.length ? `-latency-${options.latencyMs.join('-')}ms` : '') +
+  (options.unprepared ? '-unprepared' : '') +
+  (options.pathsOnly ? '-paths-only' : '') +
   (baseline ? `-vs-${baseline.commit.slice(0, 7)}` : '');
 await mkdir(RESULTS_DIR, { recursive: true });
 
@@ -86,7 +89,9 @@ try {
   await writeFile(join(RESULTS_DIR, `${name}.json`), `${JSON.stringify(run, null, 2)}\n`);
   await writeFile(join(RESULTS_DIR, `${name}.md`), markdown);
   const summaries = adapters.map(summarize);
-  if (options.mode === 'full') {
+  // A full run also refreshes the README's figures; a paths-only run, only the network paths'.
+  const fullHeadline = options.mode === 'full' && !options.pathsOnly;
+  if (fullHeadline) {
     const latest = {
       generatedAt: new Date().toISOString(),
       file: `bench/results/${name}.json`,
@@ -94,17 +99,19 @@ try {
       adapters: Object.fromEntries(summaries.map((summary) => [summary.adapter, summary])),
     };
     await writeFile(join(RESULTS_DIR, 'latest.json'), `${JSON.stringify(latest, null, 2)}\n`);
-    await writeLatestIntoReadme(renderReadmeSummary(run, `results/${name}.md`));
+    await writeIntoReadme(LATEST, renderReadmeSummary(run, `results/${name}.md`));
   }
-  console.log(
-    `[bench] wrote bench/results/${name}.{md,json}${options.mode === 'full' ? ' and latest.json' : ''}`,
-  );
+  if (options.mode === 'full' && adapters.some((result) => result.paths)) {
+    await writeIntoReadme(PATHS, renderPathsSummary(run, `results/${name}.md`));
+  }
+  console.log(`[bench] wrote bench/results/${name}.{md,json}${fullHeadline ? ' and latest.json' : ''}`);
   for (const summary of summaries) {
     console.log(
       `[bench] ${summary.adapter}: ${JSON.stringify({ ratios: summary.ratios, storm: summary.storm })}`,
     );
   }
   if (baseline) printBaseline(baseline, adapters);
+  printPaths(adapters);
   console.log(`[bench] done in ${((Date.now() - began) / 1000).toFixed(1)} s`);
 } finally {
   try {
@@ -133,13 +140,33 @@ function printBaseline(baseline: BaselineCheckout, adapters: AdapterResult[]): v
   }
 }
 
-/** Replaces the tables between the markers in bench/README.md. */
-async function writeLatestIntoReadme(summary: string): Promise<void> {
+/** Each path's lib/raw medians, and what preparing costs, per adapter. */
+function printPaths(adapters: AdapterResult[]): void {
+  for (const result of adapters) {
+    for (const ratio of result.paths?.ratios ?? []) {
+      console.log(
+        `[bench] ${result.adapter} ${ratio.path} ${ratio.pair} ${ratio.workload}: ${ratio.median.toFixed(3)} ` +
+          `(${ratio.min.toFixed(3)}–${ratio.max.toFixed(3)})` +
+          (ratio.unprepared ? `; unprepared ${ratio.unprepared.median.toFixed(3)}` : ''),
+      );
+    }
+    for (const cost of result.paths?.prepared ?? []) {
+      console.log(
+        `[bench] ${result.adapter} ${cost.path} ${cost.pair.split('/')[0]} unprepared/prepared ` +
+          `${cost.lib.median.toFixed(3)} (${cost.lib.min.toFixed(3)}–${cost.lib.max.toFixed(3)}), ` +
+          `control ${cost.control.median.toFixed(3)} (${cost.control.min.toFixed(3)}–${cost.control.max.toFixed(3)})`,
+      );
+    }
+  }
+}
+
+/** Replaces the tables between two markers in bench/README.md. */
+async function writeIntoReadme(markers: { start: string; end: string }, summary: string): Promise<void> {
   const readme = await readFile(README, 'utf8').catch(() => '');
-  const start = readme.indexOf(LATEST_START);
-  const end = readme.indexOf(LATEST_END);
+  const start = readme.indexOf(markers.start);
+  const end = readme.indexOf(markers.end);
   if (start < 0 || end < start) return;
-  const updated = `${readme.slice(0, start + LATEST_START.length)}\n\n${summary}\n\n${readme.slice(end)}`;
+  const updated = `${readme.slice(0, start + markers.start.length)}\n\n${summary}\n\n${readme.slice(end)}`;
   // The README is checked by `prettier --check` in CI; the generated tables must pass it.
   const config = (await prettier.resolveConfig(README)) ?? {};
   await writeFile(README, await prettier.format(updated, { ...config, filepath: README }));

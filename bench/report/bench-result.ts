@@ -2,6 +2,7 @@ import type { BenchOptions } from '../bench-options.js';
 import type { LoadResult } from '../load/load-run.js';
 import type { StormResult } from '../load/storm.js';
 import type { QueryCounts, TracedQuery } from '../server/query-counter.js';
+import type { DelayProxyStats } from '../support/delay-proxy-process.js';
 import type { ExecutedStatements } from '../support/statement-stats.js';
 import type { Variant, Workload } from '../variants.js';
 import type { CpuAttribution } from './cpu-attribution.js';
@@ -116,6 +117,57 @@ export interface Trace {
   queries: TracedQuery[];
 }
 
+/** How the bench server's library prepares its statements: its default, or `preparedStatements: false`. */
+export type PreparedMode = 'prepared' | 'unprepared';
+
+/** One run of one route in a network-path repetition. */
+export interface PathSide {
+  path: string;
+  prepared: PreparedMode;
+  variant: Variant;
+  workload: Workload;
+  eventsPerSecond: number;
+  p50Ms: number;
+  /** non-2xx answers plus socket errors and timeouts; 0 is expected. */
+  errors: number;
+}
+
+/** lib/raw of one pair on one path and workload, on the server with the library's defaults. */
+export interface PathRatio extends Spread {
+  path: string;
+  delayMs: number | null;
+  pair: string;
+  workload: Workload;
+  /** The same ratio on the `preparedStatements: false` server (`--unprepared`, not on the 0 ms control). */
+  unprepared?: Spread;
+}
+
+/** What `preparedStatements: false` costs one pair's library side on one path (all keys unique). */
+export interface PreparedCost {
+  path: string;
+  delayMs: number | null;
+  pair: string;
+  /** lib unprepared / lib prepared, within each repetition. */
+  lib: Spread;
+  /** raw on the unprepared server / raw on the prepared one: the same code in two processes, the noise. */
+  control: Spread;
+}
+
+/** `--latency-ms` / `--unprepared`: the headline pairs on loopback and through delay proxies. */
+export interface NetworkPathsResult {
+  paths: { name: string; delayMs: number | null }[];
+  /** Each proxy over the whole comparison: what it passed, its CPU, how long chunks really waited. */
+  proxies: { delayMs: number; stats: DelayProxyStats }[];
+  ratios: PathRatio[];
+  prepared: PreparedCost[];
+  /** One new event and a duplicate through the unprepared server's library routes. */
+  unpreparedTraces?: Partial<Record<Variant, { first: Trace; duplicate: Trace }>>;
+  /** Every run, in the order run. */
+  reps: PathSide[][];
+  /** Output of the servers started for the comparison (errors and warnings). */
+  serverLogs: { server: string; lines: number; tail: string[] }[];
+}
+
 /** Everything measured on one adapter. */
 export interface AdapterResult {
   adapter: string;
@@ -136,6 +188,8 @@ export interface AdapterResult {
   baseline?: Record<string, BaselinePairResult>;
   /** `--baseline` only: the baseline server's output (errors and warnings). */
   baselineServerLog?: { lines: number; tail: string[] };
+  /** `--latency-ms` / `--unprepared` only. */
+  paths?: NetworkPathsResult;
 }
 
 /** A whole run: one or both adapters. */

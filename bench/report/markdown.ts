@@ -1,6 +1,15 @@
+import { spread } from '../load/percentiles.js';
 import type { TracedQuery } from '../server/query-counter.js';
 import { VARIANT_DESCRIPTIONS, VARIANTS, WORKLOADS, type Workload } from '../variants.js';
-import type { AdapterResult, BaselineInfo, BenchRun, CellResult, Spread } from './bench-result.js';
+import type {
+  AdapterResult,
+  BaselineInfo,
+  BenchRun,
+  CellResult,
+  NetworkPathsResult,
+  Spread,
+  Trace,
+} from './bench-result.js';
 
 const pct = (share: number) => `${(share * 100).toFixed(1)}%`;
 const spreadCell = (spread: Spread) =>
@@ -52,16 +61,163 @@ function baselineTable(run: BenchRun): string[] {
   return lines;
 }
 
+/** The pairs of the network-path tables, in column order. */
+const PATH_COLUMNS = [
+  ['lib-tx/raw-tx', 'unique'],
+  ['lib-tx/raw-tx', 'dup30'],
+  ['lib-external/raw-lease', 'unique'],
+  ['lib-external/raw-lease', 'dup30'],
+] as const;
+
+/**
+ * The network-path figures of every adapter that has them: lib/raw per path and workload, what
+ * `preparedStatements: false` costs, and what each proxy did.
+ */
+function pathsTables(run: BenchRun): string[] {
+  const measured = run.adapters.filter((result) => result.paths);
+  if (measured.length === 0) return [];
+  const lines = [
+    `The headline pairs on loopback and with each direction between the app and PostgreSQL delayed ` +
+      `by a proxy (\`--latency-ms\`; the 0 ms proxy is the control), interleaved in the same ` +
+      `${run.options.reps} repetitions of ${run.options.ratioS} s per side; lib/raw, median (min–max):`,
+    '',
+    '| adapter | path | lib-tx / raw-tx | lib-tx / raw-tx, 30% duplicates | lib-external / raw-lease | lib-external / raw-lease, 30% duplicates |',
+    '|---|---|---:|---:|---:|---:|',
+  ];
+  for (const result of measured) {
+    for (const path of result.paths!.paths) {
+      const cells = PATH_COLUMNS.map(([pair, workload]) => {
+        const ratio = result.paths!.ratios.find(
+          (entry) => entry.path === path.name && entry.pair === pair && entry.workload === workload,
+        );
+        return ratio ? spreadCell(ratio) : 'n/a';
+      });
+      lines.push(`| ${result.adapter} | ${path.name} | ${cells.join(' | ')} |`);
+    }
+  }
+  const costs = measured.filter((result) => result.paths!.prepared.length > 0);
+  if (costs.length) {
+    lines.push(
+      '',
+      '`preparedStatements: false` (a second server process per path, `--unprepared`) against the ' +
+        "library's default, all keys unique, in the same repetitions. The control is the same " +
+        'hand-written route on both servers: its spread is the noise between two processes.',
+      '',
+      '| adapter | path | lib-tx unprepared / prepared | control: raw-tx | lib-external unprepared / prepared | control: raw-lease | unprepared lib-tx / raw-tx | unprepared lib-external / raw-lease |',
+      '|---|---|---:|---:|---:|---:|---:|---:|',
+    );
+    for (const result of costs) {
+      const { prepared, ratios } = result.paths!;
+      for (const path of [...new Set(prepared.map((cost) => cost.path))]) {
+        const cost = (pair: string) => prepared.find((entry) => entry.path === path && entry.pair === pair);
+        const unprepared = (pair: string) =>
+          ratios.find((entry) => entry.path === path && entry.pair === pair && entry.workload === 'unique')
+            ?.unprepared;
+        const cell = (spread: Spread | undefined) => (spread ? spreadCell(spread) : 'n/a');
+        lines.push(
+          `| ${result.adapter} | ${path} | ${cell(cost('lib-tx/raw-tx')?.lib)} | ${cell(cost('lib-tx/raw-tx')?.control)} | ` +
+            `${cell(cost('lib-external/raw-lease')?.lib)} | ${cell(cost('lib-external/raw-lease')?.control)} | ` +
+            `${cell(unprepared('lib-tx/raw-tx'))} | ${cell(unprepared('lib-external/raw-lease'))} |`,
+        );
+      }
+    }
+  }
+  const proxied = measured.filter((result) => result.paths!.proxies.length > 0);
+  if (proxied.length) {
+    lines.push(
+      '',
+      'The proxies over the whole comparison (delay-proxy.c, one process each): the CPU they took from ' +
+        "the same cores, and how long chunks really waited (the clock's lateness included):",
+      '',
+      '| adapter | proxy | chunks | CPU µs per chunk | waited mean / p50 / p99 / max ms |',
+      '|---|---|---:|---:|---|',
+    );
+    for (const result of proxied) {
+      for (const { delayMs, stats } of result.paths!.proxies) {
+        const chunks = stats.chunksUp + stats.chunksDown;
+        const waited = stats.achievedMs
+          ? `${stats.achievedMs.mean.toFixed(3)} / ${stats.achievedMs.p50.toFixed(3)} / ` +
+            `${stats.achievedMs.p99.toFixed(3)} / ${stats.achievedMs.max.toFixed(2)}`
+          : 'passed at once';
+        lines.push(
+          `| ${result.adapter} | ${delayMs} ms | ${chunks} | ${chunks ? (stats.cpuUs / chunks).toFixed(1) : 'n/a'} | ${waited} |`,
+        );
+      }
+    }
+  }
+  return lines;
+}
+
+/** Every repetition of the network-path comparison, one row per path, server, pair and workload. */
+function pathsReps(paths: NetworkPathsResult): string[] {
+  const lines = [
+    '### Network paths: every repetition',
+    '',
+    '| path | server | pair | workload | lib/raw median | repetitions (lib/raw events/s) | errors |',
+    '|---|---|---|---|---:|---|---:|',
+  ];
+  const groups = new Map<string, { lib: number[]; raw: number[]; errors: number }>();
+  for (const sides of paths.reps) {
+    for (const side of sides) {
+      const pair =
+        side.variant.startsWith('lib-tx') || side.variant === 'raw-tx'
+          ? 'lib-tx/raw-tx'
+          : 'lib-external/raw-lease';
+      const key = [side.path, side.prepared, pair, side.workload].join('|');
+      const group = groups.get(key) ?? { lib: [], raw: [], errors: 0 };
+      group[side.variant.startsWith('lib-') ? 'lib' : 'raw'].push(side.eventsPerSecond);
+      group.errors += side.errors;
+      groups.set(key, group);
+    }
+  }
+  for (const [key, group] of groups) {
+    const [path, prepared, pair, workload] = key.split('|');
+    const ratios = group.lib.map((lib, index) => lib / group.raw[index]);
+    lines.push(
+      `| ${path} | ${prepared} | ${pair} | ${workload} | ${spread(ratios).median.toFixed(3)} | ` +
+        `${group.lib.map((lib, index) => `${lib}/${group.raw[index]}`).join(', ')} | ${group.errors} |`,
+    );
+  }
+  lines.push('');
+  if (paths.unpreparedTraces) {
+    lines.push(
+      'What the `preparedStatements: false` server sends (one new event, then the same event again):',
+      '',
+      '| variant | new event | answer | duplicate | answer |',
+      '|---|---|---|---|---|',
+    );
+    for (const [variant, traced] of Object.entries(paths.unpreparedTraces)) {
+      lines.push(traceRow(variant, traced));
+    }
+    lines.push('');
+  }
+  for (const log of paths.serverLogs.filter((entry) => entry.lines > 0)) {
+    lines.push(`Server log (${log.server}): ${log.lines} lines (errors/warnings); last ones:`, '', '```');
+    lines.push(...log.tail.slice(-10), '```', '');
+  }
+  return lines;
+}
+
+function traceRow(variant: string, { first, duplicate }: { first: Trace; duplicate: Trace }): string {
+  const steps = (queries: TracedQuery[]) => queries.map(label).join(' → ');
+  return (
+    `| ${variant} | ${first.queries.length}: ${steps(first.queries)} | ${first.status} | ` +
+    `${duplicate.queries.length}: ${steps(duplicate.queries)} | ${duplicate.status} |`
+  );
+}
+
 /** A statement as a short label: `START TRANSACTION`, `INSERT INTO orders`, ... */
 function label(query: TracedQuery): string {
   const sql = query.sql;
   if (sql.startsWith('WITH bound')) return 'claim (INSERT … ON CONFLICT, lock_timeout via set_config)';
-  const insert = /^INSERT INTO (\w+)/.exec(sql);
+  if (/^BEGIN; ?WITH bound/.test(sql)) return 'BEGIN; claim with its values inlined (one query)';
+  if (sql.startsWith('WITH claim AS')) return 'lease claim (INSERT … DO UPDATE; answers a duplicate itself)';
+  const insert = /^INSERT INTO "?(\w+)"?/.exec(sql);
   if (insert)
     return insert[1] === 'orders'
       ? 'insert order'
       : `INSERT INTO ${insert[1]}${sql.includes('DO UPDATE') ? ' … DO UPDATE' : ''}`;
-  const update = /^UPDATE processed_events SET status = '(\w+)'/.exec(sql);
+  const update = /^UPDATE "?processed_events"? SET status = '(\w+)'/.exec(sql);
   if (update) return `UPDATE → ${update[1]}`;
   if (sql.startsWith('SELECT status')) return 'SELECT status';
   return sql.length > 40 ? `${sql.slice(0, 37)}...` : sql;
@@ -126,18 +282,21 @@ function baselineReps(result: AdapterResult, info: BaselineInfo): string[] {
 
 function adapterSection(result: AdapterResult, info: BaselineInfo | undefined): string[] {
   const lines: string[] = [`## ${result.adapter}`, '', `${result.startedAt} → ${result.finishedAt}`, ''];
-  lines.push('### Throughput ratios, interleaved (the first two are the headline)', '');
-  lines.push(
-    '| pair | median | min | max | repetitions (events/s, left/right) |',
-    '|---|---:|---:|---:|---|',
-  );
-  for (const [pair, ratio] of Object.entries(result.ratios)) {
-    const reps = ratio.reps.map((rep) => `${rep.libEventsPerSecond}/${rep.rawEventsPerSecond}`).join(', ');
+  if (Object.keys(result.ratios).length > 0) {
+    lines.push('### Throughput ratios, interleaved (the first two are the headline)', '');
     lines.push(
-      `| ${pair} | **${ratio.median.toFixed(3)}** | ${ratio.min.toFixed(3)} | ${ratio.max.toFixed(3)} | ${reps} |`,
+      '| pair | median | min | max | repetitions (events/s, left/right) |',
+      '|---|---:|---:|---:|---|',
     );
+    for (const [pair, ratio] of Object.entries(result.ratios)) {
+      const reps = ratio.reps.map((rep) => `${rep.libEventsPerSecond}/${rep.rawEventsPerSecond}`).join(', ');
+      lines.push(
+        `| ${pair} | **${ratio.median.toFixed(3)}** | ${ratio.min.toFixed(3)} | ${ratio.max.toFixed(3)} | ${reps} |`,
+      );
+    }
+    lines.push('');
   }
-  lines.push('');
+  if (result.paths) lines.push(...pathsReps(result.paths));
   if (info && result.baseline) lines.push(...baselineReps(result, info));
   for (const [pair, path] of Object.entries(result.happyPath)) {
     lines.push(
@@ -146,7 +305,7 @@ function adapterSection(result: AdapterResult, info: BaselineInfo | undefined): 
     );
   }
   lines.push('');
-  for (const workload of WORKLOADS) {
+  for (const workload of result.cells.length > 0 ? WORKLOADS : []) {
     lines.push(
       `### ${workload === 'unique' ? 'All keys unique' : '30% duplicates (of events already answered)'}`,
       '',
@@ -155,14 +314,7 @@ function adapterSection(result: AdapterResult, info: BaselineInfo | undefined): 
   }
   lines.push('### What each variant sends (one new event, then the same event again)', '');
   lines.push('| variant | new event | answer | duplicate | answer |', '|---|---|---|---|---|');
-  for (const variant of VARIANTS) {
-    const { first, duplicate } = result.traces[variant];
-    const steps = (queries: TracedQuery[]) => queries.map(label).join(' → ');
-    lines.push(
-      `| ${variant} | ${first.queries.length}: ${steps(first.queries)} | ${first.status} | ` +
-        `${duplicate.queries.length}: ${steps(duplicate.queries)} | ${duplicate.status} |`,
-    );
-  }
+  for (const variant of VARIANTS) lines.push(traceRow(variant, result.traces[variant]));
   lines.push('');
   if (result.storm.length) {
     lines.push('### Duplicate storm', '');
@@ -233,6 +385,8 @@ export function renderMarkdown(run: BenchRun): string {
     '',
   ];
   if (run.baseline) lines.push(baselineLine(run.baseline), '', ...baselineTable(run), '');
+  const paths = pathsTables(run);
+  if (paths.length) lines.push('## Network paths', '', ...paths, '');
   for (const result of run.adapters) lines.push(...adapterSection(result, run.baseline));
   return lines.join('\n');
 }
@@ -318,4 +472,16 @@ export function renderReadmeSummary(run: BenchRun, file: string): string {
     }
   }
   return lines.join('\n');
+}
+
+/** The network-path tables for bench/README.md (`--latency-ms`, `--unprepared`), all adapters. */
+export function renderPathsSummary(run: BenchRun, file: string): string {
+  return [
+    `${run.adapters[0]?.startedAt.slice(0, 10)}, ${run.environment.cpu}, Node ${run.environment.node}, ` +
+      `${run.environment.database}, load average ${run.environment['load average at start']} at the start; ` +
+      `${run.options.connections} connections, pool ${run.options.poolSize}. ` +
+      `Every repetition: [${file}](${file}).`,
+    '',
+    ...pathsTables(run),
+  ].join('\n');
 }

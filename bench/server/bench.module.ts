@@ -12,6 +12,8 @@ export interface BenchServerSettings {
   poolSize: number;
   /** The library's `concurrentDuplicateWaitMs`; undefined keeps its default. */
   duplicateWaitMs?: number;
+  /** The library's `preparedStatements`; undefined keeps its default ('auto'). */
+  preparedStatements?: boolean | 'auto';
 }
 
 /** The bench app: TypeORM on one pg pool, the library with its defaults, six routes. */
@@ -30,7 +32,13 @@ export class BenchModule {
         }),
         // The reporter runs once a minute, not per event; off so the statement counts hold only
         // what deliveries send. Everything else (prom-client metrics included) keeps its default.
-        IdempotencyModule.forRoot({ reporter: false, concurrentDuplicateWaitMs: settings.duplicateWaitMs }),
+        IdempotencyModule.forRoot({
+          reporter: false,
+          concurrentDuplicateWaitMs: settings.duplicateWaitMs,
+          ...(settings.preparedStatements !== undefined && {
+            preparedStatements: settings.preparedStatements,
+          }),
+        }),
       ],
       controllers: [BenchController],
       providers: [

@@ -20,7 +20,7 @@ import {
  * The bench server: one Nest app serving all six variants, run in its own process (forked by
  * bench/run.ts, which is also the load generator) and driven over the IPC channel.
  * Environment: BENCH_DATABASE_URL, BENCH_ADAPTER (express | fastify), BENCH_POOL_SIZE,
- * BENCH_DUPLICATE_WAIT_MS (optional).
+ * BENCH_DUPLICATE_WAIT_MS and BENCH_PREPARED_STATEMENTS (true | false | auto; optional).
  */
 installQueryCounter(); // before the pool opens its first connection
 
@@ -31,6 +31,7 @@ const module = BenchModule.forRoot({
   duplicateWaitMs: process.env.BENCH_DUPLICATE_WAIT_MS
     ? Number(process.env.BENCH_DUPLICATE_WAIT_MS)
     : undefined,
+  preparedStatements: preparedStatements(process.env.BENCH_PREPARED_STATEMENTS),
 });
 const options = { logger: ['error' as const, 'warn' as const] };
 const app: INestApplication =
@@ -111,6 +112,13 @@ process.on('message', (message: ServerCommand & { id: number }) => {
 // The runner going away (crash, Ctrl-C) must not leave a server holding database connections.
 process.on('disconnect', () => void app.close().finally(() => process.exit(0)));
 process.send?.({ ready: true, url: await app.getUrl() } satisfies ServerReady);
+
+function preparedStatements(value: string | undefined): boolean | 'auto' | undefined {
+  if (!value) return undefined;
+  if (value === 'auto') return value;
+  if (value === 'true' || value === 'false') return value === 'true';
+  throw new Error(`BENCH_PREPARED_STATEMENTS must be true, false or auto, not ${value}`);
+}
 
 function required(name: string): string {
   const value = process.env[name];

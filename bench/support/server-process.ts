@@ -13,6 +13,8 @@ export interface ServerProcessOptions {
   databaseUrl: string;
   poolSize: number;
   duplicateWaitMs?: number;
+  /** The library's `preparedStatements` (undefined: its default). */
+  preparedStatements?: boolean | 'auto';
   /** Another checkout's compiled bench/server/main.js (`--baseline`); this checkout's by default. */
   entry?: string;
 }
@@ -62,6 +64,8 @@ export class ServerProcess {
         BENCH_ADAPTER: options.adapter,
         BENCH_POOL_SIZE: String(options.poolSize),
         BENCH_DUPLICATE_WAIT_MS: options.duplicateWaitMs === undefined ? '' : String(options.duplicateWaitMs),
+        BENCH_PREPARED_STATEMENTS:
+          options.preparedStatements === undefined ? '' : String(options.preparedStatements),
         NODE_ENV: 'production',
       },
       stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
