@@ -85,6 +85,25 @@ export function isDataError(error: unknown): boolean {
   return code !== undefined && (code.startsWith('22') || code.startsWith('23'));
 }
 
+/** Objects that already exist: a schema (42P06), a table (42P07), a type or function (42710). */
+const DUPLICATE_OBJECT_CODES = new Set(['42P06', '42P07', '42710']);
+
+/**
+ * Two sessions created the same schema object at once. `CREATE ... IF NOT EXISTS` does not
+ * serialize: the second can still fail on the catalog's own unique index (`pg_namespace_nspname_index`,
+ * `pg_type_typname_nsp_index`: SQLSTATE 23505 naming a `pg_` constraint), or with a duplicate-object
+ * code. Running the same DDL again finds the object and passes.
+ */
+export function isCatalogRace(error: unknown): boolean {
+  for (const layer of layers(error)) {
+    const code = layer.code;
+    if (typeof code !== 'string') continue;
+    if (DUPLICATE_OBJECT_CODES.has(code)) return true;
+    return code === '23505' && typeof layer.constraint === 'string' && layer.constraint.startsWith('pg_');
+  }
+  return false;
+}
+
 /**
  * The database, not the statement, failed: the connection was lost or refused, the server is
  * shutting down or out of connections, or the pool gave up waiting. The delivery can succeed

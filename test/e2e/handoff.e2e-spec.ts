@@ -287,6 +287,39 @@ describe('handoff to a worker (pg-boss)', () => {
     },
   );
 
+  it('boots while another instance creates the same pg-boss schema at that moment', async () => {
+    // Replicas booting at once on a fresh database: the other's CREATE SCHEMA is not committed
+    // yet, so this one's install waits on the catalog's unique index and then fails there
+    // (23505 on pg_namespace_nspname_index) once it commits. The next start finds the schema.
+    const schema = 'handoff_race';
+    const holder = await db.pool.connect();
+    const logs = new LogCapture();
+    let starting: Promise<RunningApp> | undefined;
+    try {
+      await holder.query('BEGIN');
+      await holder.query(`CREATE SCHEMA ${schema}`);
+      starting = start({ web: false, workers: ['tx'], handoff: { ...HANDOFF, schema }, logs });
+      starting.catch(() => undefined);
+      await waitUntil(
+        async () =>
+          (await db.count(
+            `SELECT count(*) FROM pg_stat_activity
+             WHERE datname = $1 AND wait_event_type = 'Lock' AND query LIKE '%CREATE SCHEMA IF NOT EXISTS ${schema}%'`,
+            [db.name],
+          )) === 1,
+        "the app's pg-boss install to wait on the uncommitted schema",
+      );
+    } finally {
+      await holder.query('COMMIT');
+      holder.release();
+    }
+    await starting;
+
+    expect(logs.find('warn', `installing schema ${schema} at the same moment`)).toHaveLength(1);
+    expect(await db.count(`SELECT count(*) FROM ${schema}.version`)).toBe(1);
+    expect(await db.count(`SELECT count(*) FROM ${schema}.queue WHERE name = $1`, [TX_QUEUE])).toBe(1);
+  });
+
   it('drains on shutdown: a running job finishes within drainMs and is completed', async () => {
     const web = await start({ web: true });
     await post(web.url, { id: 'evt_drain', job: { parkIn: '*' } });

@@ -53,7 +53,8 @@ export interface PgBossOptions {
   maintenanceIntervalSeconds: number;
 }
 
-type PgBossConstructor = new (options: PgBossOptions) => PgBoss;
+/** pg-boss's default export. */
+export type PgBossConstructor = new (options: PgBossOptions) => PgBoss;
 
 /** Loads pg-boss, or fails the boot saying how to install it. */
 export async function loadPgBoss(): Promise<PgBossConstructor> {

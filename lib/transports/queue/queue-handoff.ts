@@ -30,6 +30,7 @@ import {
   handoffNotStarted,
   moreDeadLetteredJobs,
   pgBossFailed,
+  pgBossInstallRaced,
   pgBossSendChanged,
   queueMissing,
   unprotectedHandlers,
@@ -45,6 +46,7 @@ import type {
   IdempotencyConfig,
   QueueStats,
 } from '../../interfaces/index.js';
+import { isCatalogRace } from '../../postgres/pg-errors.js';
 import { poolExecutor } from '../../postgres/pool-executor.js';
 import { queueStatements, type QueueStatements } from '../../postgres/queue.sql.js';
 import {
@@ -57,9 +59,11 @@ import {
 import { HandoffMetrics } from './handoff-metrics.js';
 import { handoffPayload, readHandoffPayload } from './handoff-payload.js';
 import { IDEMPOTENT_WORKER_METADATA, type IdempotentWorkerMetadata } from './idempotent-worker.decorator.js';
-import { loadPgBoss, type PgBoss } from './pg-boss.js';
+import { loadPgBoss, type PgBoss, type PgBossConstructor } from './pg-boss.js';
 import { WorkerLoop, type WorkerRegistration } from './worker-loop.js';
 
+/** pg-boss starts tried when another replica installs its schema at the same moment. */
+const INSTALL_ATTEMPTS = 3;
 /** Dead-lettered jobs logged per report; the rest is counted in one line. */
 const MAX_LOGGED_DEAD_LETTERS = 50;
 /** Dead-lettered jobs a report returns. */
@@ -127,19 +131,7 @@ export class QueueHandoff implements JobEnqueuer, OnModuleInit, OnApplicationBoo
         );
       }
     }
-    const PgBoss = await loadPgBoss();
-    const boss = new PgBoss({
-      db: this.db,
-      schema: this.handoff.schema,
-      migrate: true,
-      supervise: true,
-      // No cron: the handoff schedules nothing, and pg-boss's timekeeper would add a queue and a worker.
-      schedule: false,
-      maintenanceIntervalSeconds: this.handoff.maintenanceIntervalSeconds,
-    });
-    // An EventEmitter 'error' without a listener would throw from pg-boss's timers.
-    boss.on('error', (error) => this.logger.error(pgBossFailed(error)));
-    await boss.start();
+    const boss = await this.startPgBoss(this.handoff, await loadPgBoss());
     try {
       await this.createQueues(boss);
     } catch (error) {
@@ -148,6 +140,37 @@ export class QueueHandoff implements JobEnqueuer, OnModuleInit, OnApplicationBoo
       throw error;
     }
     this.boss = boss;
+  }
+
+  /**
+   * Starts pg-boss, installing or migrating its schema. Replicas booting at once on a fresh
+   * database race on that install: pg-boss serializes it with an advisory lock, but the session
+   * that waited can still fail on PostgreSQL's catalog (`CREATE SCHEMA IF NOT EXISTS` meets the
+   * schema the other just committed as a unique violation), which pg-boss does not treat as the
+   * race it is. The next attempt finds the schema installed. A failed start leaves the instance
+   * marked as starting, so each attempt takes a new one.
+   */
+  private async startPgBoss(handoff: HandoffConfig, PgBoss: PgBossConstructor): Promise<PgBoss> {
+    for (let attempt = 1; ; attempt++) {
+      const boss = new PgBoss({
+        db: this.db,
+        schema: handoff.schema,
+        migrate: true,
+        supervise: true,
+        // No cron: the handoff schedules nothing, and pg-boss's timekeeper would add a queue and a worker.
+        schedule: false,
+        maintenanceIntervalSeconds: handoff.maintenanceIntervalSeconds,
+      });
+      // An EventEmitter 'error' without a listener would throw from pg-boss's timers.
+      boss.on('error', (error) => this.logger.error(pgBossFailed(error)));
+      try {
+        await boss.start();
+        return boss;
+      } catch (error) {
+        if (attempt >= INSTALL_ATTEMPTS || !isCatalogRace(error)) throw error;
+        this.logger.warn(pgBossInstallRaced(handoff.schema, error));
+      }
+    }
   }
 
   /** Dead-letter queues first (a queue's dead_letter references an existing queue), then the queues. */
