@@ -40,6 +40,8 @@ describe('Stripe sample: acknowledge fast, fulfil in a worker', () => {
     db.pool
       .query(`SELECT state FROM pgboss.job WHERE name = $1 AND data->'event'->>'key' = $2`, [QUEUE, key])
       .then((result) => result.rows.map((row) => row.state as string));
+  const unfinishedJobs = () =>
+    db.count(`SELECT count(*) FROM pgboss.job WHERE name = $1 AND state <> 'completed'`, [QUEUE]);
   const claimRows = async (key: string) =>
     (
       await db.pool.query(
@@ -107,12 +109,18 @@ describe('Stripe sample: acknowledge fast, fulfil in a worker', () => {
     expect(stdout).toContain('/webhooks/stripe/fulfilment-async, twice');
     expect(stdout).toContain('Processed once, replayed once.');
     expect(stdout).toContain('a worker fulfils it now');
+    // And it does: one call for the demo's event, and no job left for the next test's sample.
+    const eventId = /Sending \S+ (\S+) to/.exec(stdout)?.[1] ?? 'no event id in the output';
+    await waitUntil(async () => (await jobs(eventId))[0] === 'completed', "the demo event's job to complete");
+    expect(api.callsFor(eventId)).toHaveLength(1);
   });
 
   it('killed mid-call: after a restart the job is handed out again once the lease has passed, with the same Idempotency-Key', async () => {
     // A short lease (and with it the job's expiry), in a sample of its own.
     await killAllSamples();
     const leaseMs = 3_000;
+    // The call held below must be this event's: no earlier job may still be waiting for a worker.
+    expect(await unfinishedJobs()).toBe(0);
     const first = await startSample({ databaseUrl: db.url, fulfilmentUrl: api.url, leaseMs });
     const held = api.holdNext();
     const event = checkoutSessionCompleted('evt_async_kill', 'alan@example.com');
