@@ -4,7 +4,6 @@ import { fileURLToPath } from 'node:url';
 import { join } from 'node:path';
 import pg from 'pg';
 import * as prettier from 'prettier';
-import { REPORTER_SCOPE } from '../lib/idempotency.constants.js';
 import { claimTable } from '../lib/postgres/claim-table.js';
 import { claimStatements } from '../lib/postgres/claim.sql.js';
 import { maintenanceStatements } from '../lib/postgres/maintenance.sql.js';
@@ -64,7 +63,7 @@ try {
   };
   const table = claimTable(undefined);
   const statements = claimStatements(table);
-  const maintenance = maintenanceStatements(table);
+  const maintenance = maintenanceStatements(table, { retentionBatchSize: options.retentionBatchSize });
 
   log(`claims on the empty table: ${options.clients} clients, ${options.durationS} s per mode`);
   const empty = await measureBothModes(database.url, statements, options.clients, options.durationS);
@@ -116,7 +115,7 @@ try {
         client,
         'retention batch',
         maintenance.retentionBatch,
-        [retentionDays, retentionBatchSize],
+        [retentionDays],
         retentionBatchSize,
         options.retentionBatches,
       ),
@@ -124,7 +123,7 @@ try {
         client,
         'abandoned retention batch',
         maintenance.abandonedRetentionBatch,
-        [retentionDays, retentionBatchSize, REPORTER_SCOPE],
+        [retentionDays],
         retentionBatchSize,
         options.retentionBatches,
       ),

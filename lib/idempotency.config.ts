@@ -54,6 +54,9 @@ const POSITIVE = [
   'slowTransactionWarnMs',
 ] as const;
 
+/** Options that count whole things: seconds in a header, rows in a batch. */
+const WHOLE = ['retryAfterSeconds', 'retentionBatchSize', 'retentionMaxBatches'] as const;
+
 /**
  * Millisecond options that become timers or intervals: above MAX_TIMER_MS Node fires them after
  * 1 ms (a heartbeat or a report every millisecond), and Postgres cannot add Infinity to now().
@@ -88,9 +91,10 @@ export function resolveIdempotencyConfig(options: IdempotencyModuleOptions = {})
   for (const name of TIMED) {
     if (config[name] > MAX_TIMER_MS) throw new Error(optionTooLarge(name, config[name], MAX_TIMER_MS));
   }
-  // Retry-After takes whole seconds (RFC 9110); 0.5 would be an invalid header.
-  if (!Number.isInteger(config.retryAfterSeconds)) {
-    throw new Error(optionNotWhole('retryAfterSeconds', config.retryAfterSeconds));
+  // Retry-After takes whole seconds (RFC 9110); 0.5 would be an invalid header. The batch sizes are
+  // counts of rows, and retentionBatchSize is written into the retention statements' LIMIT.
+  for (const name of WHOLE) {
+    if (!Number.isSafeInteger(config[name])) throw new Error(optionNotWhole(name, config[name]));
   }
   if (config.inFlightStatus !== 409 && config.inFlightStatus !== 503) {
     throw new Error(optionNotOneOf('inFlightStatus', [409, 503], config.inFlightStatus));

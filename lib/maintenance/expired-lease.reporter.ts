@@ -9,12 +9,7 @@ import { ModuleRef } from '@nestjs/core';
 import type { DataSource } from 'typeorm';
 import { loadOptionalPeer } from '../core/optional-peer.js';
 import { ClaimDatabase } from '../postgres/claim-database.js';
-import {
-  IDEMPOTENCY_CONFIG,
-  IDEMPOTENCY_DATA_SOURCE,
-  REPORTER_JOB_NAME,
-  REPORTER_SCOPE,
-} from '../idempotency.constants.js';
+import { IDEMPOTENCY_CONFIG, IDEMPOTENCY_DATA_SOURCE, REPORTER_JOB_NAME } from '../idempotency.constants.js';
 import { IdempotencyMetrics } from '../idempotency.metrics.js';
 import { QueueHandoff } from '../transports/queue/queue-handoff.js';
 import {
@@ -110,10 +105,7 @@ export class ExpiredLeaseReporter implements OnApplicationBootstrap, OnModuleDes
    */
   async run(options: ReporterRunOptions = {}): Promise<ReporterRunResult> {
     // Claimed when forced too: the tick's scheduled run elsewhere then skips rather than repeat it.
-    const [tick] = await this.dataSource.query(this.database.maintenance.tickClaim, [
-      REPORTER_SCOPE,
-      this.tickMs(),
-    ]);
+    const [tick] = await this.dataSource.query(this.database.maintenance.tickClaim, [this.tickMs()]);
     if (!tick && options.force !== true) {
       // Another replica reports this tick, but this replica's gauge is scraped too: without a
       // refresh it would keep whatever it saw the last tick it won, possibly long ago.
@@ -130,7 +122,7 @@ export class ExpiredLeaseReporter implements OnApplicationBootstrap, OnModuleDes
         deadLettered: [],
       };
     }
-    await this.dataSource.query(this.database.maintenance.ticksPrune, [REPORTER_SCOPE]);
+    await this.dataSource.query(this.database.maintenance.ticksPrune);
 
     const expired = await this.findExpired();
     const expiredCount = expired.total;
@@ -206,7 +198,6 @@ export class ExpiredLeaseReporter implements OnApplicationBootstrap, OnModuleDes
   private async findPoison(): Promise<PoisonEvent[]> {
     const rows: Record<string, any>[] = await this.dataSource.query(this.database.maintenance.poisonEvents, [
       this.config.maxAttempts,
-      REPORTER_SCOPE,
       MAX_POISON_EVENTS,
     ]);
     return rows.map((row) => ({
@@ -230,18 +221,13 @@ export class ExpiredLeaseReporter implements OnApplicationBootstrap, OnModuleDes
     const { retentionBatch, abandonedRetentionBatch } = this.database.maintenance;
     let deleted = 0;
     for (let batch = 0; batch < retentionMaxBatches; batch++) {
-      const affected =
-        (await this.structured(retentionBatch, [retentionDays, retentionBatchSize])).affected ?? 0;
+      const affected = (await this.structured(retentionBatch, [retentionDays])).affected ?? 0;
       deleted += affected;
       if (affected < retentionBatchSize) break;
     }
     const abandoned: AbandonedClaim[] = [];
     for (let batch = 0; batch < retentionMaxBatches; batch++) {
-      const { records: rows } = await this.structured(abandonedRetentionBatch, [
-        retentionDays,
-        retentionBatchSize,
-        REPORTER_SCOPE,
-      ]);
+      const { records: rows } = await this.structured(abandonedRetentionBatch, [retentionDays]);
       for (const row of rows) {
         abandoned.push({
           scope: row.scope,

@@ -44,7 +44,7 @@ export class ClaimDatabase {
     const schema = config.schema ?? (dataSource.options as { schema?: string }).schema;
     this.table = claimTable(schema, config.table);
     this.statements = claimStatements(this.table);
-    this.maintenance = maintenanceStatements(this.table);
+    this.maintenance = maintenanceStatements(this.table, config);
     this.prepared = new PreparedStatements(config.preparedStatements, this.logger);
     this.executor = new StatementExecutor(dataSource, this.prepared);
   }

@@ -1,20 +1,33 @@
 /**
  * The statements of the expired-lease reporter and retention, built once per module for its table.
  * Run once a tick by one replica, so they go unnamed through TypeORM. Each is served by one of the
- * table's indexes and stays within a few milliseconds at tens of millions of rows (measured by
- * `npm run bench:scale`), under a custom plan or a generic one.
+ * table's indexes and stays within milliseconds at tens of millions of rows (measured by
+ * `npm run bench:scale`), under a custom plan or a generic one (`plan_cache_mode`, a pooler that
+ * prepares statements): what is fixed per module, the reporter's scope and the retention batch
+ * size, is written into the text, because as a parameter a generic plan estimates `scope = $1` at
+ * a sixth of the table (the ticks prune became a 3 s sequential scan at 10M rows) and `LIMIT $2` at
+ * a tenth of the old rows (the retention batch, a hash join over the whole heap: 9-13 s).
  */
+import { REPORTER_SCOPE } from '../idempotency.constants.js';
 import type { ClaimTable } from './claim-table.js';
+
+/** The reporter's scope as an SQL literal (it has no quote; doubled anyway, as SQL escapes one). */
+const REPORTER = `'${REPORTER_SCOPE.replaceAll("'", "''")}'`;
+
+/** What the statements are built with, fixed for the module's life. */
+export interface MaintenanceSettings {
+  /** Rows a retention batch deletes at most (the `retentionBatchSize` option, a positive integer). */
+  readonly retentionBatchSize: number;
+}
 
 /** The maintenance statements of one claims table. */
 export interface MaintenanceStatements {
   /**
    * The reporter claims its tick (the database clock divided into `reportEveryMs` slots) in the
-   * claims table itself, so with many replicas exactly one reports per tick.
-   * $1 reporter scope, $2 interval ms.
+   * claims table itself, so with many replicas exactly one reports per tick. $1 interval ms.
    */
   readonly tickClaim: string;
-  /** Old tick claims are only noise. $1 reporter scope. */
+  /** Old tick claims are only noise. */
   readonly ticksPrune: string;
   /**
    * How many leases have expired. A count over the expiring index alone (no window function over
@@ -25,33 +38,38 @@ export interface MaintenanceStatements {
   readonly expiredLeases: string;
   /**
    * Claims that keep failing or dying, most attempts first, from the unfinished index (only rows
-   * that are not done), never the whole heap. $1 max attempts, $2 reporter scope, $3 limit.
+   * that are not done), never the whole heap. $1 max attempts, $2 limit.
    */
   readonly poisonEvents: string;
   /**
    * One retention batch of done rows, through the retention index. Joined on the primary key
-   * rather than ctid, so it also runs on distributed tables (Citus). $1 days, $2 batch size.
+   * rather than ctid, so it also runs on distributed tables (Citus). $1 days.
    */
   readonly retentionBatch: string;
   /**
    * One retention batch of rows that will never finish: failed attempts and dead leases (expired,
    * still in progress) last claimed more than `retentionDays` ago. Returned, so the reporter can
-   * say which events it gave up on. $1 days, $2 batch size, $3 reporter scope.
+   * say which events it gave up on. $1 days.
    */
   readonly abandonedRetentionBatch: string;
 }
 
 /** The statements for `table`. */
-export function maintenanceStatements(table: ClaimTable): MaintenanceStatements {
+export function maintenanceStatements(
+  table: ClaimTable,
+  settings: MaintenanceSettings,
+): MaintenanceStatements {
   const t = table.sql;
+  // Checked at start-up (a positive whole number), so it can be part of the text.
+  const batch = settings.retentionBatchSize;
   return {
     tickClaim: `
 INSERT INTO ${t} (scope, event_key, source, status, completed_at)
-VALUES ($1, FLOOR(EXTRACT(EPOCH FROM now()) * 1000 / $2::double precision)::bigint::text, 'idempotency', 'done', now())
+VALUES (${REPORTER}, FLOOR(EXTRACT(EPOCH FROM now()) * 1000 / $1::double precision)::bigint::text, 'idempotency', 'done', now())
 ON CONFLICT (scope, event_key) DO NOTHING
 RETURNING event_key`,
     ticksPrune: `
-DELETE FROM ${t} WHERE scope = $1 AND completed_at < now() - interval '1 day'`,
+DELETE FROM ${t} WHERE scope = ${REPORTER} AND completed_at < now() - interval '1 day'`,
     expiredLeaseCount: `
 SELECT COUNT(*)::int AS total FROM ${t} WHERE status = 'in_progress' AND lease_expires_at < now()`,
     expiredLeases: `
@@ -64,25 +82,25 @@ LIMIT $1`,
     poisonEvents: `
 SELECT scope, event_key, source, status, attempts, last_error
 FROM ${t}
-WHERE status <> 'done' AND attempts >= $1 AND scope <> $2
+WHERE status <> 'done' AND attempts >= $1 AND scope <> ${REPORTER}
 ORDER BY attempts DESC
-LIMIT $3`,
+LIMIT $2`,
     retentionBatch: `
 DELETE FROM ${t} AS pe
 USING (
   SELECT scope, event_key FROM ${t}
   WHERE status = 'done' AND completed_at < now() - $1::double precision * interval '1 day'
-  LIMIT $2
+  LIMIT ${batch}
 ) AS old
 WHERE pe.scope = old.scope AND pe.event_key = old.event_key AND pe.status = 'done'`,
     abandonedRetentionBatch: `
 DELETE FROM ${t} AS pe
 USING (
   SELECT scope, event_key FROM ${t}
-  WHERE status <> 'done' AND scope <> $3
+  WHERE status <> 'done' AND scope <> ${REPORTER}
     AND claimed_at < now() - $1::double precision * interval '1 day'
     AND (status = 'failed' OR lease_expires_at < now())
-  LIMIT $2
+  LIMIT ${batch}
 ) AS old
 WHERE pe.scope = old.scope AND pe.event_key = old.event_key AND pe.status <> 'done'
 RETURNING pe.scope, pe.event_key, pe.status, pe.attempts`,

@@ -2,7 +2,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/glob
 import { SchedulerRegistry } from '@nestjs/schedule';
 import request from 'supertest';
 import { DataSource } from 'typeorm';
-import { MAINTENANCE_SQL } from '../support/claim-sql.js';
+import { maintenanceSql } from '../support/claim-sql.js';
 import { REPORTER_JOB_NAME, REPORTER_SCOPE } from '../../lib/idempotency.constants.js';
 import {
   ExpiredLeaseReporter,
@@ -291,13 +291,14 @@ describe.each(ADAPTERS)('expired-lease reporter (%s)', (adapter: AdapterName) =>
     // Record each retention statement's row count, to see the batches.
     const dataSource = running.app.get(DataSource);
     const batches: number[] = [];
+    const { retentionBatch } = maintenanceSql(3);
     const createQueryRunner = dataSource.createQueryRunner.bind(dataSource);
     dataSource.createQueryRunner = (...args) => {
       const runner = createQueryRunner(...args);
       const query = runner.query.bind(runner);
       runner.query = (async (sql: string, parameters?: unknown[], structured?: boolean) => {
         const result = await query(sql, parameters, structured as true);
-        if (sql === MAINTENANCE_SQL.retentionBatch) batches.push(result.affected ?? 0);
+        if (sql === retentionBatch) batches.push(result.affected ?? 0);
         return result;
       }) as typeof runner.query;
       return runner;

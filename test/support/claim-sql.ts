@@ -1,3 +1,4 @@
+import { DEFAULTS } from '../../lib/idempotency.constants.js';
 import { claimTable } from '../../lib/postgres/claim-table.js';
 import { claimStatements, prepareTransactionClaimSql } from '../../lib/postgres/claim.sql.js';
 import { maintenanceStatements } from '../../lib/postgres/maintenance.sql.js';
@@ -5,8 +6,9 @@ import { maintenanceStatements } from '../../lib/postgres/maintenance.sql.js';
 /** The statements of the default claims table, for tests that look for them on the wire. */
 export const CLAIM_SQL = claimStatements(claimTable(undefined));
 
-/** The default table's maintenance statements. */
-export const MAINTENANCE_SQL = maintenanceStatements(claimTable(undefined));
+/** The default table's maintenance statements, for a module with this `retentionBatchSize`. */
+export const maintenanceSql = (retentionBatchSize: number = DEFAULTS.retentionBatchSize) =>
+  maintenanceStatements(claimTable(undefined), { retentionBatchSize });
 
 /** The default table's SQL-level PREPARE of the transaction claim. */
 export const PREPARE_TRANSACTION_CLAIM = prepareTransactionClaimSql(CLAIM_SQL);

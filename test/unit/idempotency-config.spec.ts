@@ -69,11 +69,14 @@ describe('resolveIdempotencyConfig', () => {
     );
   });
 
-  it('rejects a retryAfterSeconds that is not a whole number of seconds', () => {
-    expect(() => resolveIdempotencyConfig({ retryAfterSeconds: 0.5 })).toThrow(
-      'IdempotencyModule option retryAfterSeconds must be a whole number, got 0.5',
-    );
-  });
+  it.each(['retryAfterSeconds', 'retentionBatchSize', 'retentionMaxBatches'] as const)(
+    'rejects a %s that is not a whole number',
+    (name) => {
+      expect(() => resolveIdempotencyConfig({ [name]: 0.5 })).toThrow(
+        `IdempotencyModule option ${name} must be a whole number, got 0.5`,
+      );
+    },
+  );
 
   it.each([418, 200, 500])('rejects inFlightStatus %p', (value) => {
     expect(() => resolveIdempotencyConfig({ inFlightStatus: value as 409 })).toThrow(
