@@ -118,6 +118,9 @@ describe('handoff crashes and races (child processes)', () => {
     db.pool
       .query('SELECT attempt FROM downstream_calls WHERE event_id = $1 ORDER BY id', [key])
       .then((result) => result.rows.map((row) => row.attempt as number));
+  /** Jobs on `queue` that have not completed, whatever their event. */
+  const unfinished = (queue: string) =>
+    db.count(`SELECT count(*) FROM ${SCHEMA}.job WHERE name = $1 AND state <> 'completed'`, [queue]);
   const completed = async (queue: string, key: string) =>
     (await jobs(queue, key)).every((job) => job.state === 'completed');
 
@@ -157,7 +160,13 @@ describe('handoff crashes and races (child processes)', () => {
     const [job] = await jobs(TX_QUEUE, 'evt_kill_tx');
     expect(job.retry_count).toBe(1);
     expect(await claim(TX_WORKER_SCOPE, 'evt_kill_tx')).toEqual({ status: 'done', attempts: 1 });
-    // B may have run other tests' waiting jobs too; none of its jobs failed.
+    // B is the first worker on this queue, so it also runs the first test's job (evt_kill_web):
+    // waited for here, so no test after this one finds a job it did not write. None failed.
+    await waitUntil(
+      async () => (await unfinished(TX_QUEUE)) === 0,
+      'every earlier job to complete',
+      SETTLE_MS,
+    );
     expect((await b.metrics()).jobs[TX_QUEUE]?.failed).toBeUndefined();
   });
 
@@ -182,6 +191,8 @@ describe('handoff crashes and races (child processes)', () => {
   });
 
   it('two worker processes racing on one queue, two jobs per event: one effect per event, every job completed', async () => {
+    // The metrics below count every job of the queue: none may be left from another test.
+    expect(await unfinished(TX_QUEUE)).toBe(0);
     // Booted first, so their queue settings (jobs that outlive any park here) are the ones in force.
     const handoff = quick(60);
     const a = await spawn('A', { workers: ['tx'], handoff, concurrency: 1 });
@@ -211,14 +222,7 @@ describe('handoff crashes and races (child processes)', () => {
     for (const child of [a, b]) for (const id of ['evt_gate_1', 'evt_gate_2']) child.open(id);
 
     const all = [...keys, 'evt_gate_1', 'evt_gate_2'];
-    await waitUntil(
-      async () =>
-        (await db.count(`SELECT count(*) FROM ${SCHEMA}.job WHERE name = $1 AND state <> 'completed'`, [
-          TX_QUEUE,
-        ])) === 0,
-      'every job to complete',
-      SETTLE_MS,
-    );
+    await waitUntil(async () => (await unfinished(TX_QUEUE)) === 0, 'every job to complete', SETTLE_MS);
     for (const key of all) expect([key, (await effects(key)).length]).toEqual([key, 1]);
     const [ma, mb] = [(await a.metrics()).jobs[TX_QUEUE], (await b.metrics()).jobs[TX_QUEUE]];
     expect((ma.completed ?? 0) + (mb.completed ?? 0)).toBe(all.length);
