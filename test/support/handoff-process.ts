@@ -34,7 +34,11 @@ const READY_TIMEOUT_MS = 30_000;
 /** Bounds every wait on the child, so a lost message fails the test naming it instead of hanging. */
 const ANSWER_TIMEOUT_MS = 20_000;
 
-/** `promise`, or a rejection naming `what` after `timeoutMs`. */
+/**
+ * `promise`, or a rejection naming `what` after `timeoutMs`. The timer is unref'd: a wait nobody
+ * awaits any more (the loser of a `Promise.any` over two workers) must not keep Jest alive after
+ * the run ("did not exit one second after the test run has completed").
+ */
 function within<T>(promise: Promise<T>, timeoutMs: number, what: string): Promise<T> {
   let timer: ReturnType<typeof setTimeout> | undefined;
   const timeout = new Promise<never>((_, fail) => {
@@ -42,6 +46,7 @@ function within<T>(promise: Promise<T>, timeoutMs: number, what: string): Promis
       () => fail(new Error(`timed out after ${timeoutMs} ms waiting for ${what}`)),
       timeoutMs,
     );
+    timer.unref();
   });
   return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
 }
