@@ -2,6 +2,7 @@ import { fork, type ChildProcess } from 'node:child_process';
 import { resolve } from 'node:path';
 import type { IdempotencyMetrics } from '../../lib/index.js';
 import type { BullWorkerSettings } from '../fixtures/bullmq.fixture.js';
+import { within } from './wait-until.js';
 
 /** What `IdempotencyMetrics.snapshot()` returned in the child. */
 export type MetricsSnapshot = ReturnType<IdempotencyMetrics['snapshot']>;
@@ -30,18 +31,6 @@ const CHILD_ENTRY = resolve('dist/test/fixtures/bullmq-worker-child.js');
 const READY_TIMEOUT_MS = 30_000;
 /** Bounds every wait on the child, so a lost message fails the test naming it instead of hanging. */
 const ANSWER_TIMEOUT_MS = 20_000;
-
-/** `promise`, or a rejection naming `what` after `timeoutMs`. */
-function within<T>(promise: Promise<T>, timeoutMs: number, what: string): Promise<T> {
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const timeout = new Promise<never>((_, fail) => {
-    timer = setTimeout(
-      () => fail(new Error(`timed out after ${timeoutMs} ms waiting for ${what}`)),
-      timeoutMs,
-    );
-  });
-  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
-}
 
 /** Starts BullWorkerFixtureModule in a child process and resolves once its workers are connected. */
 export async function startBullWorker(settings: BullWorkerSettings): Promise<BullWorkerProcess> {

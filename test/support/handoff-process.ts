@@ -2,6 +2,7 @@ import { fork, type ChildProcess } from 'node:child_process';
 import { resolve } from 'node:path';
 import type { HandoffMetrics } from '../../lib/index.js';
 import type { HandoffSettings } from '../fixtures/handoff.fixture.js';
+import { within } from './wait-until.js';
 
 /** What `HandoffMetrics.snapshot()` returned in the child. */
 export type HandoffSnapshot = ReturnType<HandoffMetrics['snapshot']>;
@@ -33,23 +34,6 @@ const CHILD_ENTRY = resolve('dist/test/fixtures/handoff-child.js');
 const READY_TIMEOUT_MS = 30_000;
 /** Bounds every wait on the child, so a lost message fails the test naming it instead of hanging. */
 const ANSWER_TIMEOUT_MS = 20_000;
-
-/**
- * `promise`, or a rejection naming `what` after `timeoutMs`. The timer is unref'd: a wait nobody
- * awaits any more (the loser of a `Promise.any` over two workers) must not keep Jest alive after
- * the run ("did not exit one second after the test run has completed").
- */
-function within<T>(promise: Promise<T>, timeoutMs: number, what: string): Promise<T> {
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const timeout = new Promise<never>((_, fail) => {
-    timer = setTimeout(
-      () => fail(new Error(`timed out after ${timeoutMs} ms waiting for ${what}`)),
-      timeoutMs,
-    );
-    timer.unref();
-  });
-  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
-}
 
 /** Worker settings the fixture's decorators read from the child's environment. */
 export interface HandoffEnvironment {

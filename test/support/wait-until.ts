@@ -15,3 +15,20 @@ export async function waitUntil(
     await new Promise((resolve) => setTimeout(resolve, everyMs));
   }
 }
+
+/**
+ * `promise`, or a rejection naming `what` after `timeoutMs`. The timer is unref'd: a wait nobody
+ * awaits any more (the loser of a `Promise.any` over two child processes) must not keep Jest alive after
+ * the run ("did not exit one second after the test run has completed").
+ */
+export function within<T>(promise: Promise<T>, timeoutMs: number, what: string): Promise<T> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const timeout = new Promise<never>((_, fail) => {
+    timer = setTimeout(
+      () => fail(new Error(`timed out after ${timeoutMs} ms waiting for ${what}`)),
+      timeoutMs,
+    );
+    timer.unref();
+  });
+  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
+}
