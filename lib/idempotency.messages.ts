@@ -393,6 +393,9 @@ export const pgBossFailed = (error: unknown) => `pg-boss: ${describe(error)}`;
 export const pgBossInstallRaced = (schema: string, error: unknown) =>
   `pg-boss: another instance was installing schema ${schema} at the same moment (${describe(error)}); starting again`;
 
+export const queueCreationRaced = (queue: string, error: unknown) =>
+  `pg-boss: another instance was creating queue ${queue} at the same moment (${describe(error)}); creating it again`;
+
 export const workerAlsoIdempotent = (where: string) =>
   `@IdempotentWorker on ${where}: the method also carries @Idempotent or @IdempotentWebhook; the worker already runs each job under a claim, so keep one decorator`;
 

@@ -320,6 +320,51 @@ describe('handoff to a worker (pg-boss)', () => {
     expect(await db.count(`SELECT count(*) FROM ${schema}.queue WHERE name = $1`, [TX_QUEUE])).toBe(1);
   });
 
+  it('boots while another instance creates the same queue at that moment, though create_queue deadlocks', async () => {
+    const schema = 'handoff_queue_race';
+    // pg-boss installed in a schema of its own, without the file's queues.
+    const installer = await start({ web: false, handoff: { ...HANDOFF, schema, queues: {} } });
+    apps.splice(apps.indexOf(installer), 1);
+    await installer.close();
+
+    // Two replicas creating queues at once deadlock inside create_queue(): each has inserted its
+    // queue row (ROW EXCLUSIVE on the queue table) and waits to add its partition's foreign keys.
+    // Made here on purpose, with the other replica played by a session of the test's: it holds
+    // the job table, which the app's create_queue needs once its row is inserted, and then asks
+    // for the queue table. Waiting for each other on two tables, one is rolled back: the app, whose
+    // deadlock check comes first (40P01).
+    const deadLetter = `${TX_QUEUE}.dead-letter`;
+    const holder = await db.pool.connect();
+    const logs = new LogCapture();
+    let starting: Promise<RunningApp> | undefined;
+    try {
+      await holder.query('BEGIN');
+      await holder.query(`SET LOCAL deadlock_timeout = '30s'`);
+      await holder.query(`LOCK TABLE ${schema}.job IN ACCESS EXCLUSIVE MODE`);
+      starting = start({ web: false, workers: ['tx'], handoff: { ...HANDOFF, schema }, logs });
+      starting.catch(() => undefined);
+      await waitUntil(
+        async () =>
+          (await db.count(
+            `SELECT count(*) FROM pg_stat_activity
+             WHERE datname = $1 AND wait_event_type = 'Lock' AND query LIKE '%create_queue%'`,
+            [db.name],
+          )) === 1,
+        "the app's create_queue to wait for the job table",
+      );
+      await holder.query(`LOCK TABLE ${schema}.queue IN SHARE ROW EXCLUSIVE MODE`);
+    } finally {
+      await holder.query('COMMIT');
+      holder.release();
+    }
+    await starting;
+
+    expect(logs.find('warn', `creating queue ${deadLetter}`, 'deadlock detected')).toHaveLength(1);
+    expect(
+      await db.count(`SELECT count(*) FROM ${schema}.queue WHERE name = ANY ($1)`, [[TX_QUEUE, deadLetter]]),
+    ).toBe(2);
+  });
+
   it('drains on shutdown: a running job finishes within drainMs and is completed', async () => {
     const web = await start({ web: true });
     await post(web.url, { id: 'evt_drain', job: { parkIn: '*' } });

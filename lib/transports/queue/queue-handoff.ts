@@ -31,6 +31,7 @@ import {
   moreDeadLetteredJobs,
   pgBossFailed,
   pgBossInstallRaced,
+  queueCreationRaced,
   pgBossSendChanged,
   queueMissing,
   unprotectedHandlers,
@@ -46,7 +47,7 @@ import type {
   IdempotencyConfig,
   QueueStats,
 } from '../../interfaces/index.js';
-import { isCatalogRace } from '../../postgres/pg-errors.js';
+import { isCatalogRace, isRetryable } from '../../postgres/pg-errors.js';
 import { poolExecutor } from '../../postgres/pool-executor.js';
 import { queueStatements, type QueueStatements } from '../../postgres/queue.sql.js';
 import {
@@ -62,7 +63,7 @@ import { IDEMPOTENT_WORKER_METADATA, type IdempotentWorkerMetadata } from './ide
 import { loadPgBoss, type PgBoss, type PgBossConstructor } from './pg-boss.js';
 import { WorkerLoop, type WorkerRegistration } from './worker-loop.js';
 
-/** pg-boss starts tried when another replica installs its schema at the same moment. */
+/** Tries of pg-boss's start, and of each queue's creation, when another replica does the same at that moment. */
 const INSTALL_ATTEMPTS = 3;
 /** Dead-lettered jobs logged per report; the rest is counted in one line. */
 const MAX_LOGGED_DEAD_LETTERS = 50;
@@ -173,10 +174,18 @@ export class QueueHandoff implements JobEnqueuer, OnModuleInit, OnApplicationBoo
     }
   }
 
-  /** Dead-letter queues first (a queue's dead_letter references an existing queue), then the queues. */
+  /**
+   * Dead-letter queues first (a queue's dead_letter references an existing queue), then the queues.
+   * Replicas booting at once create the same queues at once, and pg-boss's create_queue() can
+   * deadlock with itself: one inserts the queue row and then adds its partition's foreign keys
+   * (a lock on the queue table), while the other's insert waits on that row holding a lock the
+   * first needs. PostgreSQL rolls one back (40P01); run again, it finds the queue made.
+   */
   private async createQueues(boss: PgBoss): Promise<void> {
     const deadLetters = new Set([...this.queues.values()].map((settings) => settings.deadLetter));
-    for (const name of deadLetters) if (!this.queues.has(name)) await boss.createQueue(name, {});
+    for (const name of deadLetters) {
+      if (!this.queues.has(name)) await this.againIfRaced(name, () => boss.createQueue(name, {}));
+    }
     for (const [name, settings] of this.queues) {
       const options = {
         retryLimit: settings.retryLimit,
@@ -185,9 +194,21 @@ export class QueueHandoff implements JobEnqueuer, OnModuleInit, OnApplicationBoo
         expireInSeconds: settings.expireInSeconds,
         deadLetter: settings.deadLetter,
       };
-      await boss.createQueue(name, options);
+      await this.againIfRaced(name, () => boss.createQueue(name, options));
       // createQueue leaves an existing queue as it was: this boot's settings apply from now on.
-      await boss.updateQueue(name, options);
+      await this.againIfRaced(name, () => boss.updateQueue(name, options));
+    }
+  }
+
+  /** `step`, run again (up to INSTALL_ATTEMPTS in all) when it lost a race with another replica. */
+  private async againIfRaced(queue: string, step: () => Promise<void>): Promise<void> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await step();
+      } catch (error) {
+        if (attempt >= INSTALL_ATTEMPTS || !(isRetryable(error) || isCatalogRace(error))) throw error;
+        this.logger.warn(queueCreationRaced(queue, error));
+      }
     }
   }
 
