@@ -31,6 +31,11 @@ export function quoteIdentifier(name: string): string {
   return `"${name.replace(/"/g, '""')}"`;
 }
 
+/** A single-quoted SQL string literal, with embedded quotes doubled (standard_conforming_strings). */
+export function quoteLiteral(value: string): string {
+  return `'${value.replace(/'/g, "''")}'`;
+}
+
 /** Resolves the table options; a name PostgreSQL would truncate or refuse fails the boot. */
 export function claimTable(schema: string | undefined, name: string = DEFAULT_TABLE): ClaimTable {
   for (const [option, value] of [

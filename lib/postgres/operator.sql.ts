@@ -7,7 +7,7 @@
  * claims' do. The reporter's tick rows are never listed.
  */
 import { REPORTER_SCOPE } from '../idempotency.constants.js';
-import type { ClaimTable } from './claim-table.js';
+import { quoteLiteral, type ClaimTable } from './claim-table.js';
 
 /** What `list` can select: a claim state, or `poison` (not done after `maxAttempts` attempts). */
 export type ClaimListStatement = 'all' | 'in_progress' | 'expired' | 'failed' | 'poison' | 'done';
@@ -63,8 +63,7 @@ function claimColumns(maxAttempts: string): string {
 /** The statements for `table`. */
 export function operatorStatements(table: ClaimTable): OperatorStatements {
   const t = table.sql;
-  // A constant without quotes of its own, so it can stand as a literal.
-  const notReporter = `scope <> '${REPORTER_SCOPE}'`;
+  const notReporter = `scope <> ${quoteLiteral(REPORTER_SCOPE)}`;
   const list = (where: string, order = 'claimed_at DESC') => `
 SELECT ${claimColumns('$1')}
 FROM ${t}

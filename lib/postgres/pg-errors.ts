@@ -91,15 +91,17 @@ const DUPLICATE_OBJECT_CODES = new Set(['42P06', '42P07', '42710']);
 /**
  * Two sessions created the same schema object at once. `CREATE ... IF NOT EXISTS` does not
  * serialize: the second can still fail on the catalog's own unique index (`pg_namespace_nspname_index`,
- * `pg_type_typname_nsp_index`: SQLSTATE 23505 naming a `pg_` constraint), or with a duplicate-object
- * code. Running the same DDL again finds the object and passes.
+ * `pg_type_typname_nsp_index`: SQLSTATE 23505 on a constraint in `pg_catalog`), or with a
+ * duplicate-object code. Running the same DDL again finds the object and passes. (pg-boss's own
+ * install already swallows errors saying "already exists", so from its start() it is the 23505 that
+ * gets through; the duplicate-object codes come from its migrations and from create_queue.)
  */
 export function isCatalogRace(error: unknown): boolean {
   for (const layer of layers(error)) {
     const code = layer.code;
     if (typeof code !== 'string') continue;
     if (DUPLICATE_OBJECT_CODES.has(code)) return true;
-    return code === '23505' && typeof layer.constraint === 'string' && layer.constraint.startsWith('pg_');
+    return code === '23505' && layer.schema === 'pg_catalog';
   }
   return false;
 }

@@ -64,10 +64,16 @@ describe('handoff to a worker (pg-boss)', () => {
   });
 
   async function start(
-    options: { web?: boolean; workers?: WorkerName[]; handoff?: HandoffOptions; logs?: LogCapture } = {},
+    options: {
+      web?: boolean;
+      workers?: WorkerName[];
+      handoff?: HandoffOptions;
+      logs?: LogCapture;
+      databaseUrl?: string;
+    } = {},
   ): Promise<RunningApp> {
     const settings: HandoffSettings = {
-      databaseUrl: db.url,
+      databaseUrl: options.databaseUrl ?? db.url,
       web: options.web ?? true,
       workers: options.workers ?? [],
       idempotency: { handoff: options.handoff ?? HANDOFF },
@@ -332,8 +338,13 @@ describe('handoff to a worker (pg-boss)', () => {
     // Made here on purpose, with the other replica played by a session of the test's: it holds
     // the job table, which the app's create_queue needs once its row is inserted, and then asks
     // for the queue table. Waiting for each other on two tables, one is rolled back: the app, whose
-    // deadlock check comes first (40P01).
+    // deadlock check comes first (40P01). It waits first, and PostgreSQL checks a wait once, after
+    // deadlock_timeout, so the app's is 5 s (the holder asks within that, even on a loaded machine)
+    // and the holder's 30 s. Both settings need a superuser, which the test server's user is.
     const deadLetter = `${TX_QUEUE}.dead-letter`;
+    const appUrl = new URL(db.url);
+    appUrl.searchParams.set('options', '-c deadlock_timeout=5s');
+    const databaseUrl = appUrl.toString();
     const holder = await db.pool.connect();
     const logs = new LogCapture();
     let starting: Promise<RunningApp> | undefined;
@@ -341,7 +352,7 @@ describe('handoff to a worker (pg-boss)', () => {
       await holder.query('BEGIN');
       await holder.query(`SET LOCAL deadlock_timeout = '30s'`);
       await holder.query(`LOCK TABLE ${schema}.job IN ACCESS EXCLUSIVE MODE`);
-      starting = start({ web: false, workers: ['tx'], handoff: { ...HANDOFF, schema }, logs });
+      starting = start({ web: false, workers: ['tx'], handoff: { ...HANDOFF, schema }, logs, databaseUrl });
       starting.catch(() => undefined);
       await waitUntil(
         async () =>
@@ -351,6 +362,8 @@ describe('handoff to a worker (pg-boss)', () => {
             [db.name],
           )) === 1,
         "the app's create_queue to wait for the job table",
+        15_000,
+        10,
       );
       await holder.query(`LOCK TABLE ${schema}.queue IN SHARE ROW EXCLUSIVE MODE`);
     } finally {

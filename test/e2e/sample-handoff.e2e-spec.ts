@@ -110,9 +110,13 @@ describe('Stripe sample: acknowledge fast, fulfil in a worker', () => {
     expect(stdout).toContain('Processed once, replayed once.');
     expect(stdout).toContain('a worker fulfils it now');
     // And it does: one call for the demo's event, and no job left for the next test's sample.
-    const eventId = /Sending \S+ (\S+) to/.exec(stdout)?.[1] ?? 'no event id in the output';
-    await waitUntil(async () => (await jobs(eventId))[0] === 'completed', "the demo event's job to complete");
-    expect(api.callsFor(eventId)).toHaveLength(1);
+    const eventId = /Sending \S+ (\S+) to/.exec(stdout)?.[1];
+    expect(eventId).toMatch(/^evt_/);
+    await waitUntil(
+      async () => (await jobs(eventId!))[0] === 'completed',
+      "the demo event's job to complete",
+    );
+    expect(api.callsFor(eventId!)).toHaveLength(1);
   });
 
   it('killed mid-call: after a restart the job is handed out again once the lease has passed, with the same Idempotency-Key', async () => {

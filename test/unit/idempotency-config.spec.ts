@@ -73,7 +73,7 @@ describe('resolveIdempotencyConfig', () => {
     'rejects a %s that is not a whole number',
     (name) => {
       expect(() => resolveIdempotencyConfig({ [name]: 0.5 })).toThrow(
-        `IdempotencyModule option ${name} must be a whole number, got 0.5`,
+        `IdempotencyModule option ${name} must be a whole number (at most 2^53 - 1), got 0.5`,
       );
     },
   );

@@ -65,6 +65,12 @@ import { WorkerLoop, type WorkerRegistration } from './worker-loop.js';
 
 /** Tries of pg-boss's start, and of each queue's creation, when another replica does the same at that moment. */
 const INSTALL_ATTEMPTS = 3;
+/**
+ * A pause of 50-250 ms before trying again after a race with another replica: replicas that
+ * booted together would otherwise meet again at once.
+ */
+const raceBackoff = () => new Promise<void>((resolve) => setTimeout(resolve, 50 + Math.random() * 200));
+
 /** Dead-lettered jobs logged per report; the rest is counted in one line. */
 const MAX_LOGGED_DEAD_LETTERS = 50;
 /** Dead-lettered jobs a report returns. */
@@ -170,6 +176,8 @@ export class QueueHandoff implements JobEnqueuer, OnModuleInit, OnApplicationBoo
       } catch (error) {
         if (attempt >= INSTALL_ATTEMPTS || !isCatalogRace(error)) throw error;
         this.logger.warn(pgBossInstallRaced(handoff.schema, error));
+        // Nothing to stop: only the install can have failed, and pg-boss starts its timers after it.
+        await raceBackoff();
       }
     }
   }
@@ -208,6 +216,7 @@ export class QueueHandoff implements JobEnqueuer, OnModuleInit, OnApplicationBoo
       } catch (error) {
         if (attempt >= INSTALL_ATTEMPTS || !(isRetryable(error) || isCatalogRace(error))) throw error;
         this.logger.warn(queueCreationRaced(queue, error));
+        await raceBackoff();
       }
     }
   }
