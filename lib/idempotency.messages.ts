@@ -161,7 +161,7 @@ export const optionTooLarge = (name: string, value: number, max: number) =>
   `IdempotencyModule option ${name} must be at most ${max} ms (the longest timer Node can set), got ${value}`;
 
 export const optionNotWhole = (name: string, value: unknown) =>
-  `IdempotencyModule option ${name} must be a whole number, got ${String(value)}`;
+  `IdempotencyModule option ${name} must be a whole number (at most 2^53 - 1), got ${String(value)}`;
 
 export const optionNotOneOf = (name: string, allowed: readonly unknown[], value: unknown) =>
   `IdempotencyModule option ${name} must be ${allowed.join(' or ')}, got ${String(value)}`;
@@ -235,6 +235,9 @@ export const claimTableMismatch = (table: string, problems: string[]) =>
 export const unfinishedIndexMissing = (table: string) =>
   `The claims table ${table} has no index on unfinished claims: the reporter's poison query reads the whole table. Run the library's migrations (IDEMPOTENCY_MIGRATIONS adds it)`;
 
+export const failedIndexMissing = (table: string) =>
+  `The claims table ${table} has no index on failed claims: retention walks every unfinished claim to find the old failed ones. Run the library's migrations (IDEMPOTENCY_MIGRATIONS adds it)`;
+
 export const abandonedClaimRemoved = (
   scope: string,
   key: string,
@@ -242,7 +245,7 @@ export const abandonedClaimRemoved = (
   attempts: number,
   days: number,
 ) =>
-  `retention removed ${scope} key ${key}: ${status === 'failed' ? 'failed' : 'a dead lease'} after ${attempts} attempts, last claimed more than ${days} days ago; its event will not be retried`;
+  `retention removed ${scope} key ${key}: ${status === 'failed' ? 'failed' : 'a dead lease'} after ${attempts} attempts, ${status === 'failed' ? 'last claimed' : 'its lease over'} more than ${days} days ago; its event will not be retried`;
 
 export const moreAbandonedClaims = (count: number) => `... and ${count} more abandoned claims removed`;
 

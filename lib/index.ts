@@ -40,6 +40,7 @@ export {
 } from './entities/processed-event.entity.js';
 export { CreateProcessedEvents1764547200000 } from './migrations/1764547200000-create-processed-events.migration.js';
 export { AddUnfinishedClaimsIndex1764892800000 } from './migrations/1764892800000-add-unfinished-claims-index.migration.js';
+export { AddFailedClaimsIndex1765238400000 } from './migrations/1765238400000-add-failed-claims-index.migration.js';
 export {
   IDEMPOTENCY_MIGRATIONS,
   processedEventsMigrations,

@@ -1,6 +1,6 @@
 import type pg from 'pg';
 import { DEFAULTS, REPORTER_SCOPE } from '../../lib/idempotency.constants.js';
-import type { ClaimTable } from '../../lib/postgres/claim-table.js';
+import { quoteLiteral, type ClaimTable } from '../../lib/postgres/claim-table.js';
 import type { MaintenanceStatements } from '../../lib/postgres/maintenance.sql.js';
 import { claimTableNames } from '../../lib/postgres/schema.sql.js';
 import { round } from '../load/percentiles.js';
@@ -36,8 +36,6 @@ export interface TimedStatement {
   writes: boolean;
   /** Sent first in the run's transaction (the reference without the unfinished index drops it). */
   setup?: string;
-  /** Committed before the statement's first run and after its last (an index it needs, then dropping it). */
-  around?: { before: string; after: string };
 }
 
 /** One statement under one plan mode, over `runs` runs. */
@@ -83,7 +81,6 @@ export function timedStatements(
   const t = table.sql;
   const cutoff = `now() - $1::double precision * interval '1 day'`;
   const qualify = (name: string) => (table.schema === undefined ? name : `"${table.schema}".${name}`);
-  const failedIndex = `"${table.indexPrefix}_failed_bench_idx"`;
   return [
     {
       name: 'tick claim',
@@ -169,53 +166,41 @@ LIMIT $1`,
       writes: true,
     },
     {
-      name: `retention batch of ${batch}, LIMIT as a parameter`,
+      name: `retention batch of ${batch} joined on the primary key, LIMIT as a parameter`,
       role: 'before',
       note:
-        'the batch size as $2: a generic plan estimates `LIMIT $2` at a tenth of the old rows and ' +
-        'hash-joins them against a sequential scan',
-      text: maintenance.retentionBatch.replace(`LIMIT ${batch}`, 'LIMIT $2'),
-      parameters: [days, batch],
-      writes: true,
-    },
-    {
-      name: `retention batch of ${batch} by ctid`,
-      role: 'alternative',
-      note:
-        'the batch deleted by its row addresses (a TID scan): no join for the planner to choose, no ' +
-        'primary-key lookups; not for distributed tables (Citus), where ctid is per shard',
+        'the batch joined back on (scope, event_key), the size as $2: a generic plan estimates `LIMIT $2` ' +
+        'at a tenth of the old rows and hash-joins them against a sequential scan',
       text: `
-DELETE FROM ${t} WHERE ctid = ANY (ARRAY(
-  SELECT ctid FROM ${t} WHERE status = 'done' AND completed_at < ${cutoff} LIMIT $2
-)) AND status = 'done'`,
-      parameters: [days, batch],
-      writes: true,
-    },
-    {
-      name: `abandoned retention batch of ${batch} by ctid, two indexes`,
-      role: 'alternative',
-      note:
-        'leases that expired before the cutoff, from the expiring index (ordered by expiry), and failed ' +
-        `rows last claimed before it, from a partial index \`(claimed_at) WHERE status = 'failed'\` ` +
-        "(created for this row only; not in the library's migrations), deleted by row address: it reads " +
-        'what it deletes, not every unfinished claim',
-      text: `
-DELETE FROM ${t} WHERE ctid = ANY (ARRAY(
-  SELECT ctid FROM (
-    SELECT ctid FROM ${t}
-    WHERE status = 'in_progress' AND lease_expires_at < ${cutoff} AND claimed_at < ${cutoff} AND scope <> $3
-    UNION ALL
-    SELECT ctid FROM ${t} WHERE status = 'failed' AND claimed_at < ${cutoff} AND scope <> $3
-  ) AS abandoned
+DELETE FROM ${t} AS pe
+USING (
+  SELECT scope, event_key FROM ${t}
+  WHERE status = 'done' AND completed_at < ${cutoff}
   LIMIT $2
-)) AND status <> 'done'
-RETURNING scope, event_key, status, attempts`,
+) AS old
+WHERE pe.scope = old.scope AND pe.event_key = old.event_key AND pe.status = 'done'`,
+      parameters: [days, batch],
+      writes: true,
+    },
+    {
+      name: `abandoned retention batch of ${batch} through the unfinished index`,
+      role: 'before',
+      note:
+        'failed rows and dead leases found in one pass over the unfinished index (ordered by attempts), ' +
+        "reading every unfinished claim's claimed_at, joined back on the primary key",
+      text: `
+DELETE FROM ${t} AS pe
+USING (
+  SELECT scope, event_key FROM ${t}
+  WHERE status <> 'done' AND scope <> $3
+    AND claimed_at < ${cutoff}
+    AND (status = 'failed' OR lease_expires_at < now())
+  LIMIT $2
+) AS old
+WHERE pe.scope = old.scope AND pe.event_key = old.event_key AND pe.status <> 'done'
+RETURNING pe.scope, pe.event_key, pe.status, pe.attempts`,
       parameters: [days, batch, REPORTER_SCOPE],
       writes: true,
-      around: {
-        before: `CREATE INDEX IF NOT EXISTS ${failedIndex} ON ${t} (claimed_at) WHERE status = 'failed'`,
-        after: `DROP INDEX IF EXISTS ${qualify(failedIndex)}`,
-      },
     },
   ];
 }
@@ -266,7 +251,6 @@ async function timeOne(
   const end = async () => {
     if (transactional) await client.query('ROLLBACK');
   };
-  if (statement.around) await client.query(statement.around.before);
   await client.query(`SET plan_cache_mode = force_${plan}_plan`);
   await client.query(`PREPARE ${PREPARED} AS ${statement.text}`);
   const execution: number[] = [];
@@ -301,7 +285,6 @@ async function timeOne(
     if (transactional) await client.query('ROLLBACK').catch(() => undefined);
     await client.query(`DEALLOCATE ${PREPARED}`);
     await client.query('RESET plan_cache_mode');
-    if (statement.around) await client.query(statement.around.after);
   }
   const scans = scansOf(explained!.Plan);
   return {
@@ -350,11 +333,6 @@ export async function runRetention(
     batchMs: medianMax(times),
     rowsPerSecond: totalS > 0 ? Math.round(rowsDeleted / totalS) : 0,
   };
-}
-
-/** A string as an SQL literal (the scope has no quotes or backslashes, but say so in code). */
-function quoteLiteral(value: string): string {
-  return `'${value.replace(/'/g, "''")}'`;
 }
 
 /** The parts of EXPLAIN (FORMAT JSON) read here. */

@@ -44,6 +44,7 @@ const NAMES = claimTableNames(claimTable(undefined));
 @Index(NAMES.expiring, ['leaseExpiresAt'], { where: `status = 'in_progress'` })
 @Index(NAMES.retention, ['completedAt'], { where: `status = 'done'` })
 @Index(NAMES.unfinished, ['attempts'], { where: `status <> 'done'` })
+@Index(NAMES.failed, ['claimedAt'], { where: `status = 'failed'` })
 export class ProcessedEvent {
   /** Which handler claimed it (default `Class.method`). */
   @PrimaryColumn({ ...COLUMNS.scope, primaryKeyConstraintName: NAMES.primaryKey })
@@ -114,6 +115,7 @@ function processedEventSchema(table: ClaimTable): EntitySchema<ProcessedEvent> {
       { name: names.expiring, columns: ['leaseExpiresAt'], where: `status = 'in_progress'` },
       { name: names.retention, columns: ['completedAt'], where: `status = 'done'` },
       { name: names.unfinished, columns: ['attempts'], where: `status <> 'done'` },
+      { name: names.failed, columns: ['claimedAt'], where: `status = 'failed'` },
     ],
   });
 }

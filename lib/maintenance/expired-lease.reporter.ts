@@ -211,8 +211,8 @@ export class ExpiredLeaseReporter implements OnApplicationBootstrap, OnModuleDes
   }
 
   /**
-   * Deletes done rows older than `retentionDays`, then rows that will never finish (failed
-   * attempts and dead leases last claimed that long ago), in batches of `retentionBatchSize`, at
+   * Deletes done rows older than `retentionDays`, then rows that will never finish (failed claims
+   * last claimed that long ago, dead leases whose lease ran out that long ago), in batches of `retentionBatchSize`, at
    * most `retentionMaxBatches` of each per run: enough to keep up with
    * batchSize × maxBatches / reportEveryMs events a second (8,333 with the defaults).
    */

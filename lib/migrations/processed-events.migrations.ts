@@ -2,12 +2,15 @@ import type { MigrationInterface, QueryRunner } from 'typeorm';
 import { claimTable, DEFAULT_TABLE, type ClaimTable } from '../postgres/claim-table.js';
 import {
   createClaimTableSql,
+  createFailedIndexSql,
   createUnfinishedIndexSql,
   dropClaimTableSql,
+  dropFailedIndexSql,
   dropUnfinishedIndexSql,
 } from '../postgres/schema.sql.js';
 import { CreateProcessedEvents1764547200000 } from './1764547200000-create-processed-events.migration.js';
 import { AddUnfinishedClaimsIndex1764892800000 } from './1764892800000-add-unfinished-claims-index.migration.js';
+import { AddFailedClaimsIndex1765238400000 } from './1765238400000-add-failed-claims-index.migration.js';
 
 /** A migration class, as TypeORM's `migrations` option takes it. */
 export type MigrationClass = new () => MigrationInterface;
@@ -19,6 +22,7 @@ export type MigrationClass = new () => MigrationInterface;
 export const IDEMPOTENCY_MIGRATIONS: MigrationClass[] = [
   CreateProcessedEvents1764547200000,
   AddUnfinishedClaimsIndex1764892800000,
+  AddFailedClaimsIndex1765238400000,
 ];
 
 /**
@@ -41,6 +45,7 @@ export function processedEventsMigrations(
       createUnfinishedIndexSql,
       dropUnfinishedIndexSql,
     ),
+    migration(`AddFailedClaimsIndex${tag}1765238400000`, table, createFailedIndexSql, dropFailedIndexSql),
   ];
 }
 

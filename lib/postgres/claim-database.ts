@@ -1,7 +1,12 @@
 import { Inject, Injectable, Logger } from '@nestjs/common';
 import type { DataSource } from 'typeorm';
 import { IDEMPOTENCY_CONFIG, IDEMPOTENCY_DATA_SOURCE } from '../idempotency.constants.js';
-import { claimTableMismatch, claimTableMissing, unfinishedIndexMissing } from '../idempotency.messages.js';
+import {
+  claimTableMismatch,
+  claimTableMissing,
+  failedIndexMissing,
+  unfinishedIndexMissing,
+} from '../idempotency.messages.js';
 import type { IdempotencyConfig } from '../interfaces/index.js';
 import { claimTable, type ClaimTable } from './claim-table.js';
 import { claimStatements, type ClaimStatements } from './claim.sql.js';
@@ -80,12 +85,15 @@ export class ClaimDatabase {
     if (primary.join(',') !== 'event_key,scope') wrong.push('its primary key is not (scope, event_key)');
     if (wrong.length > 0) throw new Error(claimTableMismatch(this.table.sql, wrong));
 
-    // Only the reporter's poison query needs this index: warn, the claims work without it.
-    const [index] = await this.dataSource.query(
-      `SELECT 1 FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
-       WHERE i.indrelid = to_regclass($1) AND pg_get_expr(i.indpred, i.indrelid) LIKE '%status%<>%done%'`,
+    // Only the reporter needs the later migrations' indexes (poison query, retention of failed
+    // claims): warn, the claims work without them. Found by what they index, whatever their name.
+    const predicates: { predicate: string }[] = await this.dataSource.query(
+      `SELECT pg_get_expr(i.indpred, i.indrelid) AS predicate FROM pg_index i
+       WHERE i.indrelid = to_regclass($1) AND i.indpred IS NOT NULL`,
       [this.table.regclass],
     );
-    if (!index) this.logger.warn(unfinishedIndexMissing(this.table.sql));
+    const has = (pattern: RegExp) => predicates.some(({ predicate }) => pattern.test(predicate));
+    if (!has(/status.*<>.*'done'/)) this.logger.warn(unfinishedIndexMissing(this.table.sql));
+    if (!has(/status.*=.*'failed'/)) this.logger.warn(failedIndexMissing(this.table.sql));
   }
 }

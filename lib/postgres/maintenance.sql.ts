@@ -9,10 +9,10 @@
  * a tenth of the old rows (the retention batch, a hash join over the whole heap: 9-13 s).
  */
 import { REPORTER_SCOPE } from '../idempotency.constants.js';
-import type { ClaimTable } from './claim-table.js';
+import { quoteLiteral, type ClaimTable } from './claim-table.js';
 
-/** The reporter's scope as an SQL literal (it has no quote; doubled anyway, as SQL escapes one). */
-const REPORTER = `'${REPORTER_SCOPE.replaceAll("'", "''")}'`;
+/** The reporter's scope as an SQL literal. */
+const REPORTER = quoteLiteral(REPORTER_SCOPE);
 
 /** What the statements are built with, fixed for the module's life. */
 export interface MaintenanceSettings {
@@ -42,13 +42,18 @@ export interface MaintenanceStatements {
    */
   readonly poisonEvents: string;
   /**
-   * One retention batch of done rows, through the retention index. Joined on the primary key
-   * rather than ctid, so it also runs on distributed tables (Citus). $1 days.
+   * One retention batch of done rows, found through the retention index and deleted by their row
+   * addresses (a TID scan: no join for the planner to choose, no primary-key lookups; 5-7 ms for
+   * 5,000 rows at 10M, against 45-130 ms joined on the key). A row updated meanwhile has a new
+   * address and is skipped. $1 days.
    */
   readonly retentionBatch: string;
   /**
-   * One retention batch of rows that will never finish: failed attempts and dead leases (expired,
-   * still in progress) last claimed more than `retentionDays` ago. Returned, so the reporter can
+   * One retention batch of rows that will never finish: failed claims last claimed more than
+   * `retentionDays` ago (from the failed index) and dead leases whose lease ran out that long ago
+   * and were last claimed before that (from the expiring index; a lease that a heartbeat kept alive
+   * until lately is kept). Each
+   * branch reads only what it deletes, not every unfinished claim. Returned, so the reporter can
    * say which events it gave up on. $1 days.
    */
   readonly abandonedRetentionBatch: string;
@@ -62,6 +67,7 @@ export function maintenanceStatements(
   const t = table.sql;
   // Checked at start-up (a positive whole number), so it can be part of the text.
   const batch = settings.retentionBatchSize;
+  const cutoff = `now() - $1::double precision * interval '1 day'`;
   return {
     tickClaim: `
 INSERT INTO ${t} (scope, event_key, source, status, completed_at)
@@ -86,23 +92,21 @@ WHERE status <> 'done' AND attempts >= $1 AND scope <> ${REPORTER}
 ORDER BY attempts DESC
 LIMIT $2`,
     retentionBatch: `
-DELETE FROM ${t} AS pe
-USING (
-  SELECT scope, event_key FROM ${t}
-  WHERE status = 'done' AND completed_at < now() - $1::double precision * interval '1 day'
+DELETE FROM ${t} WHERE ctid = ANY (ARRAY(
+  SELECT ctid FROM ${t}
+  WHERE status = 'done' AND completed_at < ${cutoff}
   LIMIT ${batch}
-) AS old
-WHERE pe.scope = old.scope AND pe.event_key = old.event_key AND pe.status = 'done'`,
+)) AND status = 'done'`,
     abandonedRetentionBatch: `
-DELETE FROM ${t} AS pe
-USING (
-  SELECT scope, event_key FROM ${t}
-  WHERE status <> 'done' AND scope <> ${REPORTER}
-    AND claimed_at < now() - $1::double precision * interval '1 day'
-    AND (status = 'failed' OR lease_expires_at < now())
+DELETE FROM ${t} WHERE ctid = ANY (ARRAY(
+  SELECT ctid FROM (
+    SELECT ctid FROM ${t}
+    WHERE status = 'in_progress' AND lease_expires_at < ${cutoff} AND claimed_at < ${cutoff}
+    UNION ALL
+    SELECT ctid FROM ${t} WHERE status = 'failed' AND claimed_at < ${cutoff}
+  ) AS abandoned
   LIMIT ${batch}
-) AS old
-WHERE pe.scope = old.scope AND pe.event_key = old.event_key AND pe.status <> 'done'
-RETURNING pe.scope, pe.event_key, pe.status, pe.attempts`,
+)) AND status <> 'done'
+RETURNING scope, event_key, status, attempts`,
   };
 }

@@ -15,8 +15,10 @@ export function claimTableNames(table: ClaimTable) {
     expiring: `${prefix}_expiring_idx`,
     /** Old done rows, for retention. */
     retention: `${prefix}_retention_idx`,
-    /** Claims that are not done (in progress, failed), for the poison report and their retention. */
+    /** Claims that are not done (in progress, failed), for the poison report. */
     unfinished: `${prefix}_unfinished_idx`,
+    /** Failed claims by when they were last claimed, for their retention. */
+    failed: `${prefix}_failed_idx`,
   };
 }
 
@@ -60,12 +62,34 @@ export function createUnfinishedIndexSql(table: ClaimTable): string[] {
 
 /** Undoes the second migration. */
 export function dropUnfinishedIndexSql(table: ClaimTable): string[] {
-  const { unfinished } = claimTableNames(table);
+  return [dropIndexSql(table, claimTableNames(table).unfinished)];
+}
+
+/**
+ * The third migration: the index of failed claims by `claimed_at`. Retention then reads the failed
+ * rows it deletes instead of walking every unfinished claim (80-170 ms at 10M rows with 141k dead
+ * leases). Tiny, as only claims that failed are in it. On a big table, the same advice as for the
+ * second: CREATE INDEX CONCURRENTLY with this name first.
+ */
+export function createFailedIndexSql(table: ClaimTable): string[] {
+  const { failed } = claimTableNames(table);
+  return [
+    `CREATE INDEX IF NOT EXISTS ${quoteIdentifier(failed)} ON ${table.sql} (claimed_at) WHERE status = 'failed'`,
+  ];
+}
+
+/** Undoes the third migration. */
+export function dropFailedIndexSql(table: ClaimTable): string[] {
+  return [dropIndexSql(table, claimTableNames(table).failed)];
+}
+
+/** DROP INDEX of one of the table's indexes (an index lives in its table's schema). */
+function dropIndexSql(table: ClaimTable, index: string): string {
   const qualified =
     table.schema === undefined
-      ? quoteIdentifier(unfinished)
-      : `${quoteIdentifier(table.schema)}.${quoteIdentifier(unfinished)}`;
-  return [`DROP INDEX IF EXISTS ${qualified}`];
+      ? quoteIdentifier(index)
+      : `${quoteIdentifier(table.schema)}.${quoteIdentifier(index)}`;
+  return `DROP INDEX IF EXISTS ${qualified}`;
 }
 
 /** Undoes the first migration. */

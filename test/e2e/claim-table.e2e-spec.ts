@@ -67,9 +67,10 @@ describe('the claims table is checked at start-up', () => {
     );
   });
 
-  it('boots on a table without the unfinished index, with a warning that says which migration adds it', async () => {
+  it('boots on a table without the later indexes, with a warning for each that says which migrations add it', async () => {
     await migrate(db.url, { table: 'old_claims' });
     await db.pool.query('DROP INDEX old_claims_unfinished_idx');
+    await db.pool.query('DROP INDEX old_claims_failed_idx');
     const logs = new LogCapture();
     const app = await NestFactory.create(
       ClaimTableAppModule.with({ databaseUrl: db.url, idempotency: { table: 'old_claims' } }),
@@ -82,6 +83,13 @@ describe('the claims table is checked at start-up', () => {
     expect(logs.find('warn', 'The claims table "old_claims" has no index on unfinished claims')).toHaveLength(
       1,
     );
+    expect(
+      logs.find(
+        'warn',
+        'The claims table "old_claims" has no index on failed claims',
+        'IDEMPOTENCY_MIGRATIONS',
+      ),
+    ).toHaveLength(1);
   });
 });
 

@@ -25,7 +25,11 @@ const CASES: TableCase[] = [
     regclass: 'public.processed_events',
     schema: 'public',
     table: 'processed_events',
-    migrationNames: ['CreateProcessedEvents1764547200000', 'AddUnfinishedClaimsIndex1764892800000'],
+    migrationNames: [
+      'CreateProcessedEvents1764547200000',
+      'AddUnfinishedClaimsIndex1764892800000',
+      'AddFailedClaimsIndex1765238400000',
+    ],
     created: '"processed_events"',
   },
   {
@@ -37,6 +41,7 @@ const CASES: TableCase[] = [
     migrationNames: [
       'CreateProcessedEventsBillingWebhookClaims1764547200000',
       'AddUnfinishedClaimsIndexBillingWebhookClaims1764892800000',
+      'AddFailedClaimsIndexBillingWebhookClaims1765238400000',
     ],
     created: '"billing"."webhook_claims"',
   },
@@ -84,7 +89,13 @@ async function tableShape(url: string, tableCase: TableCase): Promise<TableShape
 function migrationNames(table: string) {
   return {
     constraints: [`${table}_pkey`, `${table}_status_check`],
-    indexes: [`${table}_expiring_idx`, `${table}_pkey`, `${table}_retention_idx`, `${table}_unfinished_idx`],
+    indexes: [
+      `${table}_expiring_idx`,
+      `${table}_failed_idx`,
+      `${table}_pkey`,
+      `${table}_retention_idx`,
+      `${table}_unfinished_idx`,
+    ],
   };
 }
 

@@ -318,13 +318,15 @@ describe.each(ADAPTERS)('expired-lease reporter (%s)', (adapter: AdapterName) =>
     ]);
   });
 
-  it('removes claims that never finished once last claimed more than retentionDays ago, and says which', async () => {
+  it('removes claims that never finished once they failed or their lease ran out more than retentionDays ago, and says which', async () => {
     const scope = `Seed.abandoned.${adapter}`;
     await seed(db, [
       { scope, key: 'dead_lease', status: 'in_progress', leaseFromNow: '-3 days', claimedAgo: '3 days' },
       { scope, key: 'gave_up', status: 'failed', attempts: 7, claimedAgo: '3 days', lastError: 'boom' },
       // Claimed long ago, but its lease is still live: a worker is on it.
       { scope, key: 'long_lease', status: 'in_progress', leaseFromNow: '1 hour', claimedAgo: '3 days' },
+      // Claimed long ago and kept alive by its heartbeat until an hour ago: it died lately.
+      { scope, key: 'died_lately', status: 'in_progress', leaseFromNow: '-1 hour', claimedAgo: '3 days' },
       { scope, key: 'failed_lately', status: 'failed', claimedAgo: '1 hour', lastError: 'boom' },
       { scope, key: 'done_lately', status: 'done', completedAgo: '1 hour' },
     ]);
@@ -343,7 +345,12 @@ describe.each(ADAPTERS)('expired-lease reporter (%s)', (adapter: AdapterName) =>
       'SELECT event_key FROM processed_events WHERE scope = $1 ORDER BY event_key',
       [scope],
     );
-    expect(rows.map((row) => row.event_key)).toEqual(['done_lately', 'failed_lately', 'long_lease']);
+    expect(rows.map((row) => row.event_key)).toEqual([
+      'died_lately',
+      'done_lately',
+      'failed_lately',
+      'long_lease',
+    ]);
   });
 
   it('reports transaction-mode events that keep failing as poison, counted outside their rolled-back transaction', async () => {

@@ -479,6 +479,7 @@ describe('Stripe sample: replicas migrating at once through PgBouncer', () => {
         'SELECT name, count(*)::int AS runs FROM migrations GROUP BY name ORDER BY name',
       );
       expect(rows).toEqual([
+        { name: 'AddFailedClaimsIndex1765238400000', runs: 1 },
         { name: 'AddUnfinishedClaimsIndex1764892800000', runs: 1 },
         { name: 'CreateOrdersAndInvoices1764633600000', runs: 1 },
         { name: 'CreateProcessedEvents1764547200000', runs: 1 },
