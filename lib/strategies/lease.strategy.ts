@@ -109,10 +109,9 @@ export class LeaseStrategy implements ClaimStrategy {
       // then takes back its own lease (see ClaimStatements.leaseClaim).
       const token = randomUUID();
       const rows = await this.query(spec, key, leaseClaim, [spec.scope, key, spec.source, token, leaseMs]);
-      let state = rows[0];
-      if (state?.claimed) return { kind: 'claimed', token, attempt: Number(state.attempts) };
-      // Nothing visible to the claim's snapshot: committed by a concurrent delivery since. Read it.
-      if (!state) [state] = await this.query(spec, key, claimState, [spec.scope, key]);
+      if (rows[0]?.claimed) return { kind: 'claimed', token, attempt: Number(rows[0].attempts) };
+      // Nothing claimed: done, or held by a live lease, or gone since the conflict. Read which.
+      const [state] = await this.query(spec, key, claimState, [spec.scope, key]);
       if (state?.status === 'done') {
         this.metrics.count('replayed', spec.scope, key);
         return { kind: 'replayed' };

@@ -338,8 +338,12 @@ describe.each(ADAPTERS)('one-round-trip transaction claim (%s)', (adapter) => {
         const leaseStatements = async () => (await preparedClaims(running)).map((row) => row.name).sort();
         const firstId = `evt_dealloc_external_1_${adapter}`;
         await deliverTwice(running, '/claims/external', firstId);
-        // The new event's claim and completion; the duplicate is answered by its claim alone.
-        expect(await leaseStatements()).toEqual(['idempotency_lease_claim', 'idempotency_lease_complete']);
+        // The new event's claim and completion, and the duplicate's read of why it claimed nothing.
+        expect(await leaseStatements()).toEqual([
+          'idempotency_claim_state',
+          'idempotency_lease_claim',
+          'idempotency_lease_complete',
+        ]);
         const forgetful = await backend();
 
         // pg still believes the connection has them: its next EXECUTE fails there (26000) without
@@ -348,7 +352,11 @@ describe.each(ADAPTERS)('one-round-trip transaction claim (%s)', (adapter) => {
         const secondId = `evt_dealloc_external_2_${adapter}`;
         await deliverTwice(running, '/claims/external', secondId);
         expect(await backend()).not.toBe(forgetful);
-        expect(await leaseStatements()).toEqual(['idempotency_lease_claim', 'idempotency_lease_complete']);
+        expect(await leaseStatements()).toEqual([
+          'idempotency_claim_state',
+          'idempotency_lease_claim',
+          'idempotency_lease_complete',
+        ]);
 
         // A duplicate is the first to find the statements gone: still replayed, not a 503.
         await dataSource.query('DEALLOCATE ALL');

@@ -93,8 +93,24 @@ describe.each(ADAPTERS)('preparedStatements (%s)', (adapter) => {
 
   // One pooled connection, so the statements it has prepared are the ones the claims sent.
   it.each<[boolean | 'auto', string[]]>([
-    [true, ['idempotency_lease_claim', 'idempotency_lease_complete', 'idempotency_transaction_claim']],
-    ['auto', ['idempotency_lease_claim', 'idempotency_lease_complete', 'idempotency_transaction_claim']],
+    [
+      true,
+      [
+        'idempotency_claim_state',
+        'idempotency_lease_claim',
+        'idempotency_lease_complete',
+        'idempotency_transaction_claim',
+      ],
+    ],
+    [
+      'auto',
+      [
+        'idempotency_claim_state',
+        'idempotency_lease_claim',
+        'idempotency_lease_complete',
+        'idempotency_transaction_claim',
+      ],
+    ],
     [false, []],
   ])('%s: both modes claim, replay and prepare exactly %j', async (preparedStatements, prepared) => {
     const running = await startApp(adapter, [
