@@ -15,8 +15,6 @@ export interface LoadOptions {
   connections: number;
   /** Generates this run's unique event ids. */
   nextId: () => string;
-  /** Open loop: at most this many requests a second over all connections (autocannon's overallRate). */
-  overallRate?: number;
 }
 
 /** What the load process saw. */
@@ -51,7 +49,6 @@ export async function runLoad(options: LoadOptions): Promise<LoadResult> {
     connections: options.connections,
     duration: options.durationS,
     timeout: 30,
-    ...(options.overallRate ? { overallRate: options.overallRate } : {}),
     // autocannon stops at its next sample tick; 100 ms ticks keep short runs short.
     sampleInt: 100,
     requests: [

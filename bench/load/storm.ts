@@ -3,6 +3,7 @@ import pg from 'pg';
 import { ORDER_INSERT } from '../server/hand-written.sql.js';
 import { SCOPES, type Variant } from '../variants.js';
 import { keepAliveAgent, postJson, type PostAnswer } from './http-post.js';
+import { openLoop } from './open-loop.js';
 import { round, summarize, type LatencySummary } from './percentiles.js';
 import { stripeEventBody } from './stripe-event.js';
 
@@ -144,20 +145,14 @@ async function stream(
   agent: ReturnType<typeof keepAliveAgent>,
   ms: number,
 ): Promise<LatencySummary & { non2xx: number }> {
-  const answers: Promise<PostAnswer>[] = [];
-  const started = performance.now();
-  let sent = 0;
-  while (performance.now() - started < ms) {
-    const due = Math.floor(((performance.now() - started) / 1000) * options.rate);
-    for (; sent < due; sent++) {
-      const dueAt = started + (sent * 1000) / options.rate;
-      answers.push(
-        postJson(agent, options.url, `/${options.variant}`, stripeEventBody(options.nextId(), sent), dueAt),
-      );
-    }
-    await sleep(2);
-  }
-  const answered = await Promise.all(answers);
+  const answered = await openLoop({
+    agent,
+    url: options.url,
+    path: `/${options.variant}`,
+    rate: options.rate,
+    ms,
+    body: (sequence) => stripeEventBody(options.nextId(), sequence),
+  });
   return {
     ...summarize(answered.map((answer) => answer.ms)),
     non2xx: answered.filter((answer) => answer.status < 200 || answer.status >= 300).length,
