@@ -78,7 +78,8 @@ export function lockWaiters(db: TestDatabase): Promise<number> {
 export function openTransactions(db: TestDatabase): Promise<number> {
   return db.count(
     `SELECT count(*) FROM pg_stat_activity
-     WHERE datname = $1 AND xact_start IS NOT NULL AND pid <> pg_backend_pid()`,
+     WHERE datname = $1 AND xact_start IS NOT NULL AND pid <> pg_backend_pid()
+       AND backend_type = 'client backend'`,
     [db.name],
   );
 }
