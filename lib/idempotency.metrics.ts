@@ -1,16 +1,8 @@
 import { Inject, Injectable, Logger, type OnModuleInit } from '@nestjs/common';
 import { IDEMPOTENCY_CONFIG } from './idempotency.constants.js';
-import { loadOptionalPeer } from './core/optional-peer.js';
+import { prometheusMetrics, type PromCounter, type PromGauge } from './core/prometheus-metrics.js';
 import { hookFailed } from './idempotency.messages.js';
 import type { ClaimOutcome, IdempotencyConfig } from './interfaces/index.js';
-
-/** The prom-client surface used here, so prom-client stays an optional peer. */
-interface PromCounter {
-  inc(labels: Record<string, string>): void;
-}
-interface PromGauge {
-  set(value: number): void;
-}
 
 /**
  * Counts every outcome. Always keeps in-process totals (`snapshot()`); also feeds prom-client's
@@ -28,31 +20,16 @@ export class IdempotencyMetrics implements OnModuleInit {
   constructor(@Inject(IDEMPOTENCY_CONFIG) private readonly config: IdempotencyConfig) {}
 
   async onModuleInit(): Promise<void> {
-    if (this.config.prometheus === false) return;
-    let prom: typeof import('prom-client');
-    try {
-      prom = await loadOptionalPeer<typeof import('prom-client')>('prom-client');
-    } catch {
-      return; // prom-client is optional; without it only the hook and snapshot() report.
-    }
-    const registers = (
-      this.config.prometheus === true ? [prom.register] : this.config.prometheus.registers
-    ) as import('prom-client').Registry[];
-    // Several apps (tests, workers) may share one registry: reuse a metric registered before.
-    const existing = (name: string) => registers[0]?.getSingleMetric(name);
-    this.counter = (existing('idempotency_claims_total') ??
-      new prom.Counter({
-        name: 'idempotency_claims_total',
-        help: 'Webhook deliveries by idempotency outcome',
-        labelNames: ['scope', 'outcome'],
-        registers,
-      })) as unknown as PromCounter;
-    this.gauge = (existing('idempotency_expired_leases') ??
-      new prom.Gauge({
-        name: 'idempotency_expired_leases',
-        help: 'In-progress claims whose lease expired (their worker probably died), at the last report',
-        registers,
-      })) as unknown as PromGauge;
+    const prom = await prometheusMetrics(this.config.prometheus);
+    if (!prom) return; // Without prom-client only the hook and snapshot() report.
+    this.counter = prom.counter('idempotency_claims_total', 'Webhook deliveries by idempotency outcome', [
+      'scope',
+      'outcome',
+    ]);
+    this.gauge = prom.gauge(
+      'idempotency_expired_leases',
+      'In-progress claims whose lease expired (their worker probably died), at the last report',
+    );
   }
 
   /** Counts one outcome. */

@@ -1,15 +1,7 @@
-import { loadOptionalPeer } from '../../core/optional-peer.js';
+import { prometheusMetrics, type PromCounter, type PromGauge } from '../../core/prometheus-metrics.js';
 import { Inject, Injectable, type OnModuleInit } from '@nestjs/common';
 import { IDEMPOTENCY_CONFIG } from '../../idempotency.constants.js';
 import type { IdempotencyConfig, JobOutcome, QueueStats } from '../../interfaces/index.js';
-
-/** The prom-client surface used here, so prom-client stays an optional peer. */
-interface PromCounter {
-  inc(labels: Record<string, string>): void;
-}
-interface PromGauge {
-  set(labels: Record<string, string>, value: number): void;
-}
 
 /** The states of `idempotency_queue_jobs`, from QueueStats. */
 const STATES = ['queued', 'retrying', 'active', 'failed', 'deadLettered'] as const;
@@ -31,39 +23,23 @@ export class HandoffMetrics implements OnModuleInit {
   constructor(@Inject(IDEMPOTENCY_CONFIG) private readonly config: IdempotencyConfig) {}
 
   async onModuleInit(): Promise<void> {
-    if (this.config.handoff === undefined || this.config.prometheus === false) return;
-    let prom: typeof import('prom-client');
-    try {
-      prom = await loadOptionalPeer<typeof import('prom-client')>('prom-client');
-    } catch {
-      return; // prom-client is optional; without it only snapshot() reports.
-    }
-    const registers = (
-      this.config.prometheus === true ? [prom.register] : this.config.prometheus.registers
-    ) as import('prom-client').Registry[];
-    // Several apps (tests, workers) may share one registry: reuse a metric registered before.
-    const existing = (name: string) => registers[0]?.getSingleMetric(name);
-    this.counter = (existing('idempotency_jobs_total') ??
-      new prom.Counter({
-        name: 'idempotency_jobs_total',
-        help: 'Handoff jobs run by this process, by queue and outcome',
-        labelNames: ['queue', 'outcome'],
-        registers,
-      })) as unknown as PromCounter;
-    this.jobs = (existing('idempotency_queue_jobs') ??
-      new prom.Gauge({
-        name: 'idempotency_queue_jobs',
-        help: 'Handoff jobs by queue and state, at the last report',
-        labelNames: ['queue', 'state'],
-        registers,
-      })) as unknown as PromGauge;
-    this.oldest = (existing('idempotency_queue_oldest_waiting_seconds') ??
-      new prom.Gauge({
-        name: 'idempotency_queue_oldest_waiting_seconds',
-        help: 'Age of the oldest handoff job waiting in each queue, at the last report',
-        labelNames: ['queue'],
-        registers,
-      })) as unknown as PromGauge;
+    if (this.config.handoff === undefined) return;
+    const prom = await prometheusMetrics(this.config.prometheus);
+    if (!prom) return; // Without prom-client only snapshot() reports.
+    this.counter = prom.counter(
+      'idempotency_jobs_total',
+      'Handoff jobs run by this process, by queue and outcome',
+      ['queue', 'outcome'],
+    );
+    this.jobs = prom.gauge('idempotency_queue_jobs', 'Handoff jobs by queue and state, at the last report', [
+      'queue',
+      'state',
+    ]);
+    this.oldest = prom.gauge(
+      'idempotency_queue_oldest_waiting_seconds',
+      'Age of the oldest handoff job waiting in each queue, at the last report',
+      ['queue'],
+    );
   }
 
   /** Counts what a worker did with one job. */
