@@ -8,6 +8,18 @@
 import type { ClaimTable } from './claim-table.js';
 import type { ClaimStatement } from './statement-executor.js';
 
+/**
+ * Raises `synchronous_commit` to `on` for the rest of the statement's transaction when the server,
+ * database or role default is `off` or `local` (a stronger `remote_write` or `remote_apply` is
+ * kept). A completion is the one write that must not be lost once its answer is sent: with
+ * `off`, a crash (or a failover to a standby that never received it) after the answer forgets a
+ * `done`, and the redelivery runs the work a second time. With `on` the COMMIT returns only once
+ * the WAL is flushed here and, with `synchronous_standby_names`, on the synchronous standby.
+ */
+const DURABLE_COMMIT = `set_config('synchronous_commit',
+  CASE WHEN current_setting('synchronous_commit') IN ('off', 'local') THEN 'on'
+       ELSE current_setting('synchronous_commit') END, true)`;
+
 /** The per-delivery statements of one claims table. */
 export interface ClaimStatements {
   readonly table: ClaimTable;
@@ -20,7 +32,8 @@ export interface ClaimStatements {
    * row); when nothing was inserted, `status` says what the statement's snapshot sees instead:
    * `done` (replayed), `failed` (a handler that threw: claim it with `transactionReclaim`), or null
    * for a row committed after the snapshot (read it again with `claimState`). `previous` is the
-   * lock_timeout to restore after a reclaim.
+   * lock_timeout to restore after a reclaim. The COMMIT is the completion, so it runs with
+   * synchronous_commit at least `on` (DURABLE_COMMIT).
    * $1 scope, $2 key, $3 source, $4 lock_timeout ('5000ms').
    */
   readonly transactionClaim: ClaimStatement;
@@ -56,7 +69,10 @@ export interface ClaimStatements {
    * nothing to change whether its first send ran. $1 scope, $2 key.
    */
   readonly claimState: ClaimStatement;
-  /** Fenced completion: only the holder of the current token marks the event done. $1 scope, $2 key, $3 token. */
+  /**
+   * Fenced completion: only the holder of the current token marks the event done, durably
+   * (DURABLE_COMMIT). $1 scope, $2 key, $3 token.
+   */
   readonly leaseComplete: ClaimStatement;
   /** Fenced release after a failure: the next delivery re-claims at once. $1 scope, $2 key, $3 token, $4 error. */
   readonly leaseFail: ClaimStatement;
@@ -81,7 +97,8 @@ export function claimStatements(table: ClaimTable): ClaimStatements {
       'transaction_claim',
       `
 WITH bound AS (
-  SELECT current_setting('lock_timeout') AS previous, set_config('lock_timeout', $4, true) AS applied
+  SELECT current_setting('lock_timeout') AS previous, set_config('lock_timeout', $4, true) AS applied,
+         ${DURABLE_COMMIT} AS durable
 ), claim AS (
   INSERT INTO ${t} (scope, event_key, source, status, completed_at)
   SELECT $1, $2, $3, 'done', now() FROM bound
@@ -148,7 +165,9 @@ FROM ${t} WHERE scope = $1 AND event_key = $2`,
     leaseComplete: named(
       'lease_complete',
       `
+WITH durable AS (SELECT ${DURABLE_COMMIT} AS applied)
 UPDATE ${t} SET status = 'done', completed_at = now()
+FROM durable
 WHERE scope = $1 AND event_key = $2 AND lease_token = $3 AND status = 'in_progress'`,
     ),
     leaseFail: named(
