@@ -12,6 +12,7 @@ import { ExpiredLeaseReporter } from './maintenance/expired-lease.reporter.js';
 import { IdempotencyClaims } from './operator/idempotency-claims.service.js';
 import { ClaimDatabase } from './postgres/claim-database.js';
 import { claimStrategyProviders } from './strategies/claim-strategies.js';
+import { RetryAfterEstimator } from './strategies/retry-after.estimator.js';
 import { DELIVERY_TRANSPORT_REGISTRY, deliveryTransportProviders } from './transports/delivery-transports.js';
 import { IdempotencyExplorer } from './transports/idempotency.explorer.js';
 import { IdempotencyInterceptor } from './transports/idempotency.interceptor.js';
@@ -43,6 +44,7 @@ import { QueueHandoff } from './transports/queue/queue-handoff.js';
     },
     IdempotencyMetrics,
     ClaimDatabase,
+    RetryAfterEstimator,
     ...claimStrategyProviders,
     IdempotencyService,
     ...deliveryTransportProviders,

@@ -1,7 +1,7 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { DEFAULTS } from '../../lib/idempotency.constants.js';
-import { beginAndClaimSql, type ClaimStatements } from '../../lib/postgres/claim.sql.js';
+import { claimAfterSql, type ClaimStatements } from '../../lib/postgres/claim.sql.js';
 import { claimQuery } from '../../lib/postgres/statement-executor.js';
 import { round, summarize, type LatencySummary } from '../load/percentiles.js';
 
@@ -65,7 +65,7 @@ async function runClaims(
             const literals = [scope, key, source, LOCK_TIMEOUT].map((value) => client.escapeLiteral(value));
             const how = prepared ? 'execute' : 'prepare-and-execute';
             const results = (await client.query(
-              beginAndClaimSql(statements, literals, how),
+              claimAfterSql(statements, 'BEGIN', literals, how),
             )) as unknown as pg.QueryResult[];
             prepared = true;
             if (results.at(-1)?.rows[0]?.claimed !== true) failures++;

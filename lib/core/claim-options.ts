@@ -10,6 +10,7 @@ import {
 import type { IdempotencyClaimOptions } from '../interfaces/index.js';
 import { IDEMPOTENCY_MODES } from '../strategies/claim-strategies.js';
 import type { ClaimSpec } from './claim-strategy.js';
+import { Propagation, PROPAGATIONS } from './propagation.js';
 
 /** The claims table's scope and source columns are varchar(255). */
 const MAX_SCOPE_LENGTH = 255;
@@ -60,5 +61,10 @@ export function resolveClaimSpec(
   if (heartbeat !== undefined && typeof heartbeat !== 'boolean')
     throw fail(claimOptionType('heartbeat', 'a boolean'));
   if (mode !== 'external' && (leaseMs !== undefined || heartbeat)) throw fail(externalOnlyOptions());
-  return { scope, source, mode, leaseMs, heartbeat: heartbeat ?? false };
+  const propagation = options.propagation === undefined ? Propagation.Required : options.propagation;
+  if (!PROPAGATIONS.includes(propagation)) {
+    const known = PROPAGATIONS.map((value) => `'${value}'`).join(', ');
+    throw fail(claimOptionType('propagation', `one of ${known}, got ${String(propagation)}`));
+  }
+  return { scope, source, mode, leaseMs, heartbeat: heartbeat ?? false, propagation };
 }

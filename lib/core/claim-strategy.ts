@@ -1,5 +1,6 @@
 import type { EntityManager } from 'typeorm';
 import type { ClaimResult } from './claim-result.js';
+import type { Propagation } from './propagation.js';
 
 /**
  * What one handler's claims are made of, resolved once per handler (a decorator) or per call
@@ -16,6 +17,8 @@ export interface ClaimSpec {
   readonly leaseMs?: number;
   /** External mode: renew the lease every leaseMs/3 while the handler runs. */
   readonly heartbeat?: boolean;
+  /** What a claim made while another delivery runs does (see propagation.ts). */
+  readonly propagation: Propagation;
 }
 
 /**
@@ -42,27 +45,38 @@ export interface TransactionExecutor extends SqlExecutor {
 
 /** What a strategy hands the work it runs under a claim. */
 export interface ClaimHandle {
-  /** The manager the work writes through: the claim's transaction, or the DataSource's. */
-  manager: EntityManager;
+  /** Transaction mode: the manager of the claim's transaction. External mode has none. */
+  readonly manager?: EntityManager;
   /**
    * Transaction mode: SQL on the claim transaction's own connection (what a job enqueued with
    * the delivery is written through), refused once the transaction is over.
    */
-  executor?: TransactionExecutor;
+  readonly executor?: TransactionExecutor;
   /** External mode: the claim's fencing token. */
-  leaseToken?: string;
+  readonly leaseToken?: string;
   /** External mode: 1 for the first claim, then +1 for each re-claim. */
-  attempt?: number;
+  readonly attempt?: number;
   /** External mode: token-checked renewal; false once the lease was taken over. */
-  extendLease?: (ms?: number) => Promise<boolean>;
+  readonly extendLease?: (ms?: number) => Promise<boolean>;
+  /** Aborts when the claim is no longer this delivery's (external mode: lease lost or run out). */
+  readonly signal: AbortSignal;
+  /** Runs `fn` once the claim is recorded done (the COMMIT, or the fenced completion), never otherwise. */
+  afterCommit(fn: () => unknown): void;
 }
 
 /**
  * One way of making a delivery's effect happen once. A strategy claims (scope, key), runs `work`
  * when the claim is its own, records the outcome and counts it. It resolves `processed`,
  * `replayed` or `in_flight`; it rejects with IdempotencyUnavailableError when the database
- * failed, TransactionAbortedError, or the work's own error.
+ * failed, TransactionAbortedError, or the work's own error. With `enclosing` (the handle of the
+ * delivery this claim is made in, when the spec's propagation joins it), the claim is made inside
+ * that delivery's transaction: only a strategy that can join one is asked to.
  */
 export interface ClaimStrategy {
-  run<T>(spec: ClaimSpec, key: string, work: (handle: ClaimHandle) => Promise<T>): Promise<ClaimResult<T>>;
+  run<T>(
+    spec: ClaimSpec,
+    key: string,
+    work: (handle: ClaimHandle) => Promise<T>,
+    enclosing?: ClaimHandle,
+  ): Promise<ClaimResult<T>>;
 }

@@ -3,21 +3,11 @@ import { Inject, Injectable, Optional } from '@nestjs/common';
 import type { EntityManager } from 'typeorm';
 import { handoffNotConfigured, outsideContext, notExternal } from '../idempotency.messages.js';
 import type { EnqueueOptions } from '../interfaces/index.js';
-import type { ClaimHandle } from './claim-strategy.js';
+import type { IdempotentDelivery } from './claim-delivery.js';
 import { processWide } from './process-wide.js';
 import { JOB_ENQUEUER, type JobEnqueuer } from './job-enqueuer.js';
 
-/** The delivery an idempotent handler runs for; one per claim, whatever the transport. */
-export interface IdempotentDelivery extends Readonly<ClaimHandle> {
-  /** The event's key. */
-  readonly key: string;
-  /** The claim's scope. */
-  readonly scope: string;
-  /** Stored with the claim, for reports. */
-  readonly source: string;
-  /** `'transaction'` or `'external'`. */
-  readonly mode: string;
-}
+export type { IdempotentDelivery } from './claim-delivery.js';
 
 /**
  * One store per process, shared by the ESM and CommonJS builds (see processWide): the service
@@ -50,9 +40,32 @@ export class IdempotencyContext {
     return storage.getStore() !== undefined;
   }
 
-  /** Transaction mode: the EntityManager of the claim's transaction; write through it. External mode: the DataSource's. */
+  /**
+   * Transaction mode: the EntityManager of the claim's transaction; write through it, and the
+   * writes commit with the claim or not at all. External mode holds no claim transaction: this
+   * throws, naming the handler (write through your own repository there).
+   */
   get manager(): EntityManager {
     return this.delivery.manager;
+  }
+
+  /**
+   * Aborts when the delivery no longer holds its claim: in external mode, when its lease is taken
+   * over or runs out (stop: another worker may be running the event). Never aborts in
+   * transaction mode. Hand it to `fetch()` and other abortable work.
+   */
+  get signal(): AbortSignal {
+    return this.delivery.signal;
+  }
+
+  /**
+   * Runs `fn` once the claim is recorded done (after the COMMIT, or external mode's fenced
+   * completion), never when the delivery fails or rolls back: for cache busts and notifications.
+   * Callbacks run in order before the answer is sent; an error in one is logged and changes
+   * nothing.
+   */
+  afterCommit(fn: () => unknown): void {
+    this.delivery.afterCommit(fn);
   }
 
   /** The event's key. */

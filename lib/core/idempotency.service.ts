@@ -1,6 +1,6 @@
 import { Inject, Injectable, type OnModuleInit } from '@nestjs/common';
 import { IDEMPOTENCY_CONFIG } from '../idempotency.constants.js';
-import { EventInFlightError } from '../idempotency.errors.js';
+import { EventInFlightError, PropagationError } from '../idempotency.errors.js';
 import { duplicateInFlight, runNeedsScope } from '../idempotency.messages.js';
 import type { IdempotencyConfig, IdempotentRunOptions, IdempotentRunResult } from '../interfaces/index.js';
 import { ClaimDatabase } from '../postgres/claim-database.js';
@@ -8,8 +8,10 @@ import { assertTypeOrmInternals, listenForEarlyErrors } from '../postgres/typeor
 import { CLAIM_STRATEGY_REGISTRY } from '../strategies/claim-strategies.js';
 import type { ClaimResult } from './claim-result.js';
 import { resolveClaimSpec } from './claim-options.js';
-import type { ClaimSpec, ClaimStrategy } from './claim-strategy.js';
-import { runInIdempotencyContext, type IdempotentDelivery } from './idempotency-context.js';
+import { ClaimDelivery, type IdempotentDelivery } from './claim-delivery.js';
+import type { ClaimHandle, ClaimSpec, ClaimStrategy } from './claim-strategy.js';
+import { currentDelivery, runInIdempotencyContext } from './idempotency-context.js';
+import { Propagation } from './propagation.js';
 import { checkIdempotencyKey } from './idempotency-key.js';
 
 /**
@@ -80,7 +82,8 @@ export class IdempotencyService implements OnModuleInit {
 
   /**
    * The claim itself, for transports that answer each result their own way (the interceptor):
-   * no error is made for an in-flight duplicate, which a storm answers many times a second.
+   * no error is made for an in-flight duplicate, which a storm answers many times a second. A
+   * claim made while another delivery runs follows the spec's propagation (see Propagation).
    */
   execute<T>(
     spec: ClaimSpec,
@@ -88,19 +91,67 @@ export class IdempotencyService implements OnModuleInit {
     work: (delivery: IdempotentDelivery) => Promise<T>,
   ): Promise<ClaimResult<T>> {
     const strategy = this.strategies.get(spec.mode)!;
-    return strategy.run(spec, key, (handle) => {
-      const delivery: IdempotentDelivery = {
-        key,
-        scope: spec.scope,
-        source: spec.source,
-        mode: spec.mode,
-        manager: handle.manager,
-        executor: handle.executor,
-        leaseToken: handle.leaseToken,
-        attempt: handle.attempt,
-        extendLease: handle.extendLease,
-      };
+    const run = (handle: ClaimHandle) => {
+      const delivery = new ClaimDelivery(spec, key, handle);
       return runInIdempotencyContext(delivery, () => work(delivery));
-    });
+    };
+    const enclosing = currentDelivery();
+    if (enclosing === undefined && spec.propagation !== Propagation.Mandatory) {
+      return strategy.run(spec, key, run);
+    }
+    let joined: ClaimHandle | undefined;
+    try {
+      joined = this.enclosingHandle(spec, key, enclosing);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    return strategy.run(spec, key, run, joined);
   }
+
+  /**
+   * The handle of the delivery a claim made inside `enclosing` joins, or undefined when it claims
+   * on its own; throws PropagationError where its propagation forbids the claim.
+   */
+  private enclosingHandle(
+    spec: ClaimSpec,
+    key: string,
+    enclosing: IdempotentDelivery | undefined,
+  ): ClaimHandle | undefined {
+    const refuse = (message: string) => new PropagationError(message, spec.scope, key, enclosing?.scope);
+    const { propagation } = spec;
+    if (enclosing === undefined) throw refuse(noEnclosingDelivery(spec.scope));
+    if (propagation === Propagation.Never) throw refuse(deliveryActive(spec.scope, enclosing.scope));
+    if (propagation === Propagation.RequiresNew) return undefined;
+    // An external-mode delivery holds no transaction: nothing to join.
+    if (enclosing.mode !== 'transaction') {
+      if (propagation === Propagation.Mandatory)
+        throw refuse(noEnclosingDelivery(spec.scope, enclosing.scope));
+      return undefined;
+    }
+    if (spec.mode !== 'transaction') throw refuse(leaseCannotJoin(spec.scope, enclosing.scope));
+    return enclosing instanceof ClaimDelivery ? enclosing.handle : undefined;
+  }
+}
+
+/** PropagationError: `mandatory` without an enclosing transaction-mode delivery. */
+function noEnclosingDelivery(scope: string, enclosingScope?: string): string {
+  const where = enclosingScope
+    ? `inside ${enclosingScope}, an external-mode delivery, which holds no transaction`
+    : 'outside any delivery';
+  return `${scope} has propagation 'mandatory' and must join a transaction-mode delivery, but was called ${where}.`;
+}
+
+/** PropagationError: `never` inside a delivery. */
+function deliveryActive(scope: string, enclosingScope: string): string {
+  return `${scope} has propagation 'never' and was called inside the delivery of ${enclosingScope}.`;
+}
+
+/** PropagationError: an external-mode claim inside a transaction-mode delivery. */
+function leaseCannotJoin(scope: string, enclosingScope: string): string {
+  return (
+    `${scope} runs in external mode and was called inside ${enclosingScope}, a transaction-mode ` +
+    `delivery: a lease cannot join that transaction (it must commit at once, so that a duplicate ` +
+    `sees it). Give ${scope} propagation: 'requiresNew' to claim on a connection of its own (each ` +
+    `such delivery then holds two pool connections), or call it outside the transaction.`
+  );
 }

@@ -2,7 +2,7 @@
  * Bumped whenever the shape of a value kept through processWide() changes, so that two versions
  * of the library in one process never share a value one of them would misread.
  */
-const STATE_VERSION = 1;
+const STATE_VERSION = 2;
 
 /**
  * The one value called `name` in this process (in this realm: each Jest test file has its own),

@@ -1,3 +1,4 @@
+import type { Propagation } from '../core/propagation.js';
 import type { IdempotencyMode } from '../strategies/claim-strategies.js';
 
 /**
@@ -42,6 +43,15 @@ export interface IdempotencyClaimOptions {
    * @default false
    */
   heartbeat?: boolean;
+  /**
+   * What this claim does when it is made while another delivery runs (a handler calling
+   * `IdempotencyService.run()` or an `@Idempotent` method): `'required'` joins an enclosing
+   * transaction-mode delivery's transaction in a savepoint (both commit together or not at all),
+   * `'requiresNew'` claims on its own connection and commits on its own, `'mandatory'` must join
+   * one, `'never'` refuses to run inside one. See `Propagation`.
+   * @default 'required'
+   */
+  propagation?: Propagation;
 }
 
 /**

@@ -1,4 +1,3 @@
-import { createHash } from 'node:crypto';
 import { badTableOption } from '../idempotency.messages.js';
 
 /** The default name of the claims table. */
@@ -14,11 +13,6 @@ export interface ClaimTable {
   readonly sql: string;
   /** The table as `to_regclass()` takes it, for the boot check. */
   readonly regclass: string;
-  /**
-   * Appended to prepared statement names: '' for the default table, a hash otherwise. pg refuses
-   * one name for two texts on a connection, and two modules may share a pool with different tables.
-   */
-  readonly statementSuffix: string;
   /** Prefix of the table's constraint and index names: the table name. */
   readonly indexPrefix: string;
 }
@@ -54,13 +48,5 @@ export function claimTable(schema: string | undefined, name: string = DEFAULT_TA
   }
   const sql =
     schema === undefined ? quoteIdentifier(name) : `${quoteIdentifier(schema)}.${quoteIdentifier(name)}`;
-  const isDefault = schema === undefined && name === DEFAULT_TABLE;
-  return {
-    schema,
-    name,
-    sql,
-    regclass: sql,
-    statementSuffix: isDefault ? '' : `_${createHash('sha256').update(sql).digest('hex').slice(0, 8)}`,
-    indexPrefix: name,
-  };
+  return { schema, name, sql, regclass: sql, indexPrefix: name };
 }

@@ -1,9 +1,10 @@
 import type { PoolClient, QueryResult } from 'pg';
 import type { EntityManager, QueryRunner } from 'typeorm';
-import type { TransactionExecutor } from '../core/claim-strategy.js';
+import { runAfterCommit } from '../core/after-commit.js';
+import type { ClaimHandle, TransactionExecutor } from '../core/claim-strategy.js';
 import { processWide } from '../core/process-wide.js';
 import { claimTransactionOver, claimUnsettled } from '../idempotency.messages.js';
-import { beginAndClaimSql, type ClaimStatements } from './claim.sql.js';
+import { claimAfterSql, type ClaimStatements } from './claim.sql.js';
 import {
   executeArguments,
   inlineParameters,
@@ -50,6 +51,35 @@ interface ClaimRow {
 }
 
 /**
+ * What a transaction-mode claim found, the one value the strategy acts on: the event is this
+ * delivery's now (first claim, or one taken back from a failed attempt or an expired lease), it is
+ * done already, or an external-mode lease on the same scope holds it (`secondsLeft` of its lease,
+ * held for `heldMs` so far).
+ */
+export type ClaimFound =
+  | { readonly kind: 'claimed'; readonly reclaimed: boolean }
+  | { readonly kind: 'done' }
+  | { readonly kind: 'leased'; readonly secondsLeft: number; readonly heldMs: number };
+
+const FIRST_CLAIM: ClaimFound = { kind: 'claimed', reclaimed: false };
+const RECLAIMED: ClaimFound = { kind: 'claimed', reclaimed: true };
+const DONE: ClaimFound = { kind: 'done' };
+
+/**
+ * A claim made inside an enclosing delivery's transaction (propagation `required`): a savepoint,
+ * and how many statements and after-commit callbacks the transaction had collected before it, so
+ * that rolling back to it also forgets what the nested delivery left to send with the COMMIT.
+ */
+export interface Savepoint {
+  readonly name: string;
+  readonly deferred: number;
+  readonly afterCommit: number;
+}
+
+/** The claim's values: scope, key, source, and the lock_timeout that bounds a duplicate's wait. */
+export type ClaimValues = readonly [scope: string, key: string, source: string, lockTimeout: string];
+
+/**
  * A round whose PREPARE or EXECUTE finds the connection's prepared state other than this process
  * believed (42P05, 26000) did not run; it corrects the belief and goes again: the claim, then one
  * correction (which is all a direct connection after DEALLOCATE ALL needs). Behind a pooler in
@@ -73,13 +103,6 @@ export interface ClaimTransactionOptions {
   subscribed: boolean;
 }
 
-/**
- * One delivery's claim transaction, on a QueryRunner's own pg connection, with the round trips
- * and layers of the hand-written `BEGIN`/claim/`COMMIT`: the transaction is begun and claimed in
- * one query, then handed to TypeORM, so the handler's EntityManager sees an ordinary transaction
- * (its `manager.transaction()` nests as a savepoint). TypeORM subscribers still hear of every
- * start, commit and rollback: when the DataSource has any, those go through the runner.
- */
 /**
  * A statement sent with the COMMIT (see beforeCommit) returned no row, so the COMMIT did not run:
  * a data error (SQLSTATE 22P02, as Postgres raised it), so the delivery fails as if its handler had
@@ -108,17 +131,32 @@ export class DeferredStatementMissError extends Error {
   }
 }
 
-export class ClaimTransaction implements TransactionExecutor {
+/**
+ * One delivery's claim transaction, on a QueryRunner's own pg connection, with the round trips
+ * and layers of the hand-written `BEGIN`/claim/`COMMIT`: the transaction is begun and claimed in
+ * one query, then handed to TypeORM, so the handler's EntityManager sees an ordinary transaction
+ * (its `manager.transaction()` nests as a savepoint). TypeORM subscribers still hear of every
+ * start, commit and rollback: when the DataSource has any, those go through the runner. Claims
+ * made inside the delivery (propagation `required`) join it as savepoints (claimAt).
+ */
+export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
   private client?: PoolClient;
   /** Statements to send with the COMMIT; undefined until beforeCommit() is called. */
   private deferred?: DeferredStatement[];
   /** The `mustWrite` messages of the deferred statements. */
   private mustWrite?: string[];
+  /** Callbacks to run once the COMMIT has succeeded; undefined until afterCommit() is called. */
+  private committed?: (() => unknown)[];
+  /** The source of `signal`, made on first use. */
+  private signals?: AbortController;
+  /** Savepoints taken so far, for their names. */
+  private savepoints = 0;
   /** release() was called: the runner's release from then on is ours, not a lost connection's. */
   private released = false;
 
   constructor(
-    private readonly runner: QueryRunner,
+    /** The TypeORM runner whose connection the transaction runs on. */
+    readonly runner: QueryRunner,
     private readonly options: ClaimTransactionOptions,
   ) {}
 
@@ -127,14 +165,31 @@ export class ClaimTransaction implements TransactionExecutor {
     return this.runner.manager;
   }
 
+  /** SQL on this transaction's connection: the transaction itself. */
+  get executor(): TransactionExecutor {
+    return this;
+  }
+
   /**
-   * Begins the transaction and claims (scope, key, source) with the given lock_timeout. Resolves
-   * true when the claim is ours, false when the key is already done. On an error the transaction
-   * may be open: roll back.
+   * Never aborts: nothing takes a claim away from an open transaction. Made when first asked for
+   * (one per delivery, not shared, so listeners a handler leaves on it go with the delivery).
    */
-  async beginAndClaim(values: readonly [string, string, string, string]): Promise<boolean> {
+  get signal(): AbortSignal {
+    return (this.signals ??= new AbortController()).signal;
+  }
+
+  /** True when a callback waits for the COMMIT (runAfterCommit has work). */
+  get hasAfterCommit(): boolean {
+    return this.committed !== undefined && this.committed.length > 0;
+  }
+
+  /**
+   * Begins the transaction and claims (scope, key, source) with the given lock_timeout, and says
+   * what the claim found. On an error the transaction may be open: roll back.
+   */
+  async beginAndClaim(values: ClaimValues): Promise<ClaimFound> {
     const client = (this.client = await connectRunner(this.runner));
-    const { statements, prepared, isolationLevel, subscribed } = this.options;
+    const { statements, isolationLevel, subscribed } = this.options;
     if (isolationLevel !== undefined && !ISOLATION_LEVELS.has(isolationLevel)) {
       // Left to TypeORM's startTransaction() to accept or reject.
       await this.runner.startTransaction();
@@ -143,12 +198,63 @@ export class ClaimTransaction implements TransactionExecutor {
     }
     if (subscribed) await this.runner.broadcaster.broadcast('BeforeTransactionStart');
     adoptTransaction(this.runner);
-    // BEGIN and the claim as one simple-protocol query (TypeORM's startTransaction() and a
-    // parameterized claim take two round trips): `EXECUTE` of the prepared claim, with its
-    // PREPARE in front the first time a connection sends it, or the claim inlined.
+    const begin = isolationLevel ? `BEGIN ISOLATION LEVEL ${isolationLevel}` : 'BEGIN';
+    const row = await this.claimAfter(client, begin, 'ROLLBACK', values);
+    if (subscribed) await this.runner.broadcaster.broadcast('AfterTransactionStart');
+    return this.settle(client, row, values);
+  }
+
+  /**
+   * A savepoint for a claim made while this delivery runs (no round trip: it is sent with the
+   * claim), marking what the transaction has collected so far.
+   */
+  savepoint(): Savepoint {
+    this.openClient();
+    return {
+      name: `idempotency_claim_${++this.savepoints}`,
+      deferred: this.deferred?.length ?? 0,
+      afterCommit: this.committed?.length ?? 0,
+    };
+  }
+
+  /**
+   * Claims (scope, key, source) inside this transaction, after `savepoint`, for a claim made while
+   * this delivery runs: it commits with this transaction or not at all. On an error (a duplicate's
+   * lock_timeout among them) roll back to the savepoint.
+   */
+  async claimAt(savepoint: Savepoint, values: ClaimValues): Promise<ClaimFound> {
+    const client = this.openClient();
+    const head = `SAVEPOINT ${savepoint.name}`;
+    const row = await this.claimAfter(client, head, `ROLLBACK TO SAVEPOINT ${savepoint.name}`, values);
+    return this.settle(client, row, values);
+  }
+
+  /**
+   * Undoes what a claim made inside this transaction did, statements sent with the COMMIT and
+   * after-commit callbacks included. Resolves once Postgres has rolled back to the savepoint.
+   */
+  async rollbackTo(savepoint: Savepoint): Promise<void> {
+    this.deferred?.splice(savepoint.deferred);
+    this.committed?.splice(savepoint.afterCommit);
+    await this.openClient().query(`ROLLBACK TO SAVEPOINT ${savepoint.name}`);
+  }
+
+  /**
+   * `head` (BEGIN, or a SAVEPOINT) and the claim as one simple-protocol query, one round trip
+   * (TypeORM's startTransaction() and a parameterized claim would take two): `EXECUTE` of the
+   * prepared claim, with its PREPARE in front the first time a connection sends it, or the claim
+   * inlined. A round that misses its prepared state is undone with `undo` and sent again.
+   */
+  private async claimAfter(
+    client: PoolClient,
+    head: string,
+    undo: string,
+    values: ClaimValues,
+  ): Promise<ClaimRow> {
+    const { statements, prepared } = this.options;
+    // The simple protocol takes no parameters: the four values go as literals, escaped by pg.
     const literals = values.map((value) => client.escapeLiteral(value));
     const { name } = statements.transactionClaim;
-    let row: ClaimRow;
     for (let round = 1; ; round++) {
       const known = preparedConnections.get(client);
       const how =
@@ -160,47 +266,51 @@ export class ClaimTransaction implements TransactionExecutor {
       try {
         // Several statements in one query answer with one result each; the claim's is the last.
         const results = (await client.query(
-          beginAndClaimSql(statements, literals, how, isolationLevel),
+          claimAfterSql(statements, head, literals, how),
         )) as unknown as QueryResult[];
         if (how === 'prepare-and-execute') remember(client, name, true);
-        row = results[results.length - 1].rows[0] as ClaimRow;
-        break;
+        return results[results.length - 1].rows[0] as ClaimRow;
       } catch (error) {
         if (round >= MAX_ROUNDS || !isPreparedStatementMiss(error)) throw error;
         const code = errorCode(error)!;
         prepared.missed(name, code);
         remember(client, name, code === DUPLICATE_PREPARED_STATEMENT);
-        await client.query('ROLLBACK');
+        await client.query(undo);
       }
     }
-    if (subscribed) await this.runner.broadcaster.broadcast('AfterTransactionStart');
-    return this.settle(client, row, values);
   }
 
   /**
-   * What the claim's row means. Inserted: ours. Done: replayed. Failed (a handler that threw):
-   * claimed here. Not visible to the claim's snapshot (committed by a concurrent delivery while
-   * the claim waited on it): read again. These extra round trips happen only off the happy path;
-   * they go unnamed, as they are rare.
+   * What the claim's row means. Inserted: ours. Done: done. Failed (a handler that threw), or an
+   * external-mode lease (the same scope claimed in the other mode): taken back when it is failed
+   * or its lease has run out, else the lease is live. Not visible to the claim's snapshot
+   * (committed by a concurrent delivery while the claim waited on it): read again. Gone since
+   * (retention): claimed anew. These extra round trips happen only off the happy path; they go
+   * unnamed, as they are rare.
    */
-  private async settle(
-    client: PoolClient,
-    first: ClaimRow,
-    values: readonly [string, string, string, string],
-  ): Promise<boolean> {
+  private async settle(client: PoolClient, first: ClaimRow, values: ClaimValues): Promise<ClaimFound> {
     const { statements } = this.options;
     const [scope, key, , lockTimeout] = values;
     let row = first;
     for (let round = 1; round <= MAX_SETTLE_ROUNDS; round++) {
-      if (row.claimed) return true;
-      if (row.status === 'failed') {
+      if (row.claimed) {
+        // Claimed by a statement sent again: its RETURNING restored the bound it found, which
+        // is the duplicate wait's, not the transaction's own.
+        if (round > 1) {
+          await client.query(claimQuery(statements.restoreLockTimeout, [first.previous], false));
+        }
+        return round > 1 ? RECLAIMED : FIRST_CLAIM;
+      }
+      if (row.status === 'done') return DONE;
+      if (row.status === 'failed' || row.status === 'in_progress') {
         const reclaim = [scope, key, lockTimeout, first.previous];
         const reclaimed = await client.query(claimQuery(statements.transactionReclaim, reclaim, false));
-        if (reclaimed.rowCount === 1) return true;
-      } else if (row.status !== null) {
-        return false;
+        if (reclaimed.rowCount === 1) return RECLAIMED;
       }
       const [state] = (await client.query(claimQuery(statements.claimState, [scope, key], false))).rows;
+      if (state?.status === 'in_progress' && state.live) {
+        return { kind: 'leased', secondsLeft: Number(state.seconds_left), heldMs: Number(state.held_ms) };
+      }
       row = state
         ? { claimed: false, status: state.status as string, previous: first.previous }
         : // Gone since (retention): claim it anew.
@@ -208,6 +318,45 @@ export class ClaimTransaction implements TransactionExecutor {
             .rows[0] as ClaimRow);
     }
     throw new Error(claimUnsettled(scope, key));
+  }
+
+  /**
+   * Runs `fn` once this transaction has committed, and never if it rolls back (or a claim made
+   * inside it is rolled back to its savepoint). Refused once the transaction is over.
+   */
+  afterCommit(fn: () => unknown): void {
+    this.openClient();
+    (this.committed ??= []).push(fn);
+  }
+
+  /** The after-commit callbacks (see runAfterCommit in core/after-commit.ts). Call once the COMMIT has succeeded. */
+  runAfterCommit(failed: (error: unknown) => void): Promise<void> {
+    const callbacks = this.committed;
+    this.committed = undefined;
+    return callbacks ? runAfterCommit(callbacks, failed) : Promise.resolve();
+  }
+
+  /**
+   * What a process killed just before its COMMIT leaves: the transaction rolled back (Postgres
+   * does that for a lost session), and an error a lost connection would raise. For the testing
+   * helpers' crashBeforeCommit(): the delivery goes down the same path as a real crash would,
+   * up to the answer.
+   */
+  async loseCommit(): Promise<never> {
+    this.deferred = undefined;
+    this.committed = undefined;
+    await this.end('ROLLBACK');
+    throw Object.assign(new Error('Connection terminated before the COMMIT (crashBeforeCommit)'), {
+      code: 'ECONNRESET',
+    });
+  }
+
+  /** The transaction's connection while it is open; throws once it is over. */
+  private openClient(): PoolClient {
+    if (!this.client || !this.runner.isTransactionActive || this.released) {
+      throw new Error(claimTransactionOver());
+    }
+    return this.client;
   }
 
   /**
@@ -240,10 +389,13 @@ export class ClaimTransaction implements TransactionExecutor {
    * kept it cannot autocommit on a connection returned to the pool.
    */
   executeSql(text: string, values?: unknown[]): Promise<QueryResult> {
-    if (!this.client || !this.runner.isTransactionActive || this.released) {
-      return Promise.reject(new Error(claimTransactionOver()));
+    let client: PoolClient;
+    try {
+      client = this.openClient();
+    } catch (error) {
+      return Promise.reject(error);
     }
-    return this.client.query(text, values);
+    return client.query(text, values);
   }
 
   /**
@@ -253,9 +405,7 @@ export class ClaimTransaction implements TransactionExecutor {
    * of the message to integer, evaluated only then), which stops the query before its COMMIT.
    */
   beforeCommit(text: string, values: readonly unknown[], mustWrite?: string): void {
-    if (!this.client || !this.runner.isTransactionActive || this.released) {
-      throw new Error(claimTransactionOver());
-    }
+    this.openClient();
     const template = statementTemplate(text);
     const deferred = (this.deferred ??= []);
     if (mustWrite === undefined) {
@@ -280,7 +430,9 @@ export class ClaimTransaction implements TransactionExecutor {
     await this.client.query(claimQuery(statement, values, false));
   }
 
+  /** Gives the connection back to the pool; once, whoever calls it again. */
   release(): Promise<void> {
+    if (this.released) return Promise.resolve();
     this.released = true;
     return this.runner.release();
   }

@@ -5,19 +5,21 @@
  * pg prepares it once per connection, and Postgres then skips parsing and planning it (see
  * `preparedStatements`).
  */
+import { createHash } from 'node:crypto';
 import type { ClaimTable } from './claim-table.js';
 import type { ClaimStatement } from './statement-executor.js';
 
 /**
  * Raises `synchronous_commit` to `on` for the rest of the statement's transaction when the server,
- * database or role default is `off` or `local` (a stronger `remote_write` or `remote_apply` is
- * kept). A completion is the one write that must not be lost once its answer is sent: with
- * `off`, a crash (or a failover to a standby that never received it) after the answer forgets a
- * `done`, and the redelivery runs the work a second time. With `on` the COMMIT returns only once
- * the WAL is flushed here and, with `synchronous_standby_names`, on the synchronous standby.
+ * database or role default is weaker: `off`, `local` or `remote_write` (a standby that has written
+ * the WAL but not flushed it loses it in a crash). `remote_apply`, stronger, is kept. A completion
+ * is the one write that must not be lost once its answer is sent: with `off`, a crash (or a
+ * failover to a standby that never received it) after the answer forgets a `done`, and the
+ * redelivery runs the work a second time. With `on` the COMMIT returns only once the WAL is
+ * flushed here and, with `synchronous_standby_names`, on the synchronous standby (docs/failover.md).
  */
 const DURABLE_COMMIT = `set_config('synchronous_commit',
-  CASE WHEN current_setting('synchronous_commit') IN ('off', 'local') THEN 'on'
+  CASE WHEN current_setting('synchronous_commit') IN ('off', 'local', 'remote_write') THEN 'on'
        ELSE current_setting('synchronous_commit') END, true)`;
 
 /** The per-delivery statements of one claims table. */
@@ -30,16 +32,22 @@ export interface ClaimStatements {
    * ours, so the handler's own statements are not bound by it. Rows commit as `done`: the commit is
    * the completion. DO NOTHING keeps a replay read-only (DO UPDATE would lock and dirty the done
    * row); when nothing was inserted, `status` says what the statement's snapshot sees instead:
-   * `done` (replayed), `failed` (a handler that threw: claim it with `transactionReclaim`), or null
-   * for a row committed after the snapshot (read it again with `claimState`). `previous` is the
+   * `done` (replayed), `failed` (a handler that threw: claim it with `transactionReclaim`),
+   * `in_progress` (an external-mode lease on the same scope: reclaimed once it has expired, in
+   * flight while it is live), or null for a row committed after the snapshot (read it again with
+   * `claimState`). `previous` is the
    * lock_timeout to restore after a reclaim. The COMMIT is the completion, so it runs with
    * synchronous_commit at least `on` (DURABLE_COMMIT).
    * $1 scope, $2 key, $3 source, $4 lock_timeout ('5000ms').
    */
   readonly transactionClaim: ClaimStatement;
   /**
-   * Claims a `failed` row in transaction mode: done (uncommitted), attempts + 1, under the same
-   * lock_timeout bound, restoring `previous` once it is ours. No row: another delivery got there.
+   * Claims, in transaction mode, a row another delivery left unfinished: `failed` (a handler that
+   * threw), or an external-mode lease whose time ran out (its worker died; the scope's handler
+   * switched modes in a deploy, or two handlers of different modes share the scope). Done
+   * (uncommitted), attempts + 1, the lease's token cleared so its old holder's fenced completion
+   * matches nothing, under the same lock_timeout bound, restoring `previous` once it is ours. No
+   * row: another delivery got there, or the lease is still live.
    * $1 scope, $2 key, $3 lock_timeout, $4 the lock_timeout to restore.
    */
   readonly transactionReclaim: ClaimStatement;
@@ -64,9 +72,10 @@ export interface ClaimStatements {
    */
   readonly leaseClaim: ClaimStatement;
   /**
-   * Why a claim returned no row: done, or a live lease (and how long it has left, in whole
-   * seconds, at least 1); and whose token holds it, to tell a resent fenced update that found
-   * nothing to change whether its first send ran. $1 scope, $2 key.
+   * Why a claim returned no row: done, or a live lease (how long it has left, in whole seconds, at
+   * least 1, and how long it has been held, in ms, for a Retry-After that follows the handler's
+   * usual time); and whose token holds it, to tell a resent fenced update that found nothing to
+   * change whether its first send ran. $1 scope, $2 key.
    */
   readonly claimState: ClaimStatement;
   /**
@@ -76,21 +85,42 @@ export interface ClaimStatements {
   readonly leaseComplete: ClaimStatement;
   /** Fenced release after a failure: the next delivery re-claims at once. $1 scope, $2 key, $3 token, $4 error. */
   readonly leaseFail: ClaimStatement;
+  /**
+   * Fenced removal after the handler refused its input (a 4xx): as in transaction mode, a refusal
+   * leaves no claim, so it is neither a failed attempt nor, repeated, a poison event. $1 scope,
+   * $2 key, $3 token.
+   */
+  readonly leaseRefuse: ClaimStatement;
   /** Fenced renewal. $1 scope, $2 key, $3 token, $4 lease ms. */
   readonly leaseExtend: ClaimStatement;
   /** For `expireLease()` in tests: ends an in-progress lease now, as if its worker had died. $1 scope, $2 key. */
   readonly expireLease: ClaimStatement;
   /** The current attempt number of a claim, for the lease-lost log. $1 scope, $2 key. */
   readonly currentAttempt: ClaimStatement;
+  /**
+   * Puts back the lock_timeout the transaction had before its claim, where the statement that
+   * claimed did not (a claim sent again after retention removed the row it first met). $1 the value.
+   */
+  readonly restoreLockTimeout: ClaimStatement;
+}
+
+/**
+ * The name a statement is prepared under: its role and a hash of its text. A connection's prepared
+ * statements outlive the process that prepared them (a pooler hands its server connections to
+ * every client, across a rolling deploy), and two releases of the library, or two copies of it in
+ * one process, may word one statement differently: with the text in the name, a PREPARE that finds
+ * the name taken (42P05) has found this very text, and an EXECUTE can never run another's.
+ */
+export function statementName(role: string, text: string): string {
+  return `idempotency_${role}_${createHash('sha256').update(text).digest('hex').slice(0, 16)}`;
 }
 
 /** The statements for `table`. */
 export function claimStatements(table: ClaimTable): ClaimStatements {
   const t = table.sql;
-  const named = (name: string, text: string): ClaimStatement => ({
-    name: `idempotency_${name}${table.statementSuffix}`,
-    text,
-  });
+  // The table is part of each text, so two modules sharing a pool with different tables never
+  // share a name either.
+  const named = (role: string, text: string): ClaimStatement => ({ name: statementName(role, text), text });
   return {
     table,
     transactionClaim: named(
@@ -117,11 +147,14 @@ WITH bound AS (SELECT set_config('lock_timeout', $3, true) AS applied)
 UPDATE ${t} AS pe SET
   status = 'done',
   attempts = pe.attempts + 1,
+  lease_token = NULL,
   claimed_at = now(),
+  lease_expires_at = NULL,
   completed_at = now(),
   last_error = NULL
 FROM bound
-WHERE pe.scope = $1 AND pe.event_key = $2 AND pe.status = 'failed'
+WHERE pe.scope = $1 AND pe.event_key = $2
+  AND (pe.status = 'failed' OR (pe.status = 'in_progress' AND pe.lease_expires_at <= now()))
 RETURNING set_config('lock_timeout', $4, true) AS lock_timeout`,
     ),
     transactionFailure: named(
@@ -159,7 +192,8 @@ RETURNING true AS claimed, pe.attempts`,
       'claim_state',
       `
 SELECT status, attempts, lease_token, lease_expires_at > now() AS live,
-       GREATEST(1, CEIL(EXTRACT(EPOCH FROM (lease_expires_at - now()))))::int AS seconds_left
+       GREATEST(1, CEIL(EXTRACT(EPOCH FROM (lease_expires_at - now()))))::int AS seconds_left,
+       GREATEST(0, EXTRACT(EPOCH FROM (now() - claimed_at)) * 1000)::double precision AS held_ms
 FROM ${t} WHERE scope = $1 AND event_key = $2`,
     ),
     leaseComplete: named(
@@ -176,6 +210,12 @@ WHERE scope = $1 AND event_key = $2 AND lease_token = $3 AND status = 'in_progre
 UPDATE ${t} SET status = 'failed', last_error = $4
 WHERE scope = $1 AND event_key = $2 AND lease_token = $3 AND status = 'in_progress'`,
     ),
+    leaseRefuse: named(
+      'lease_refuse',
+      `
+DELETE FROM ${t}
+WHERE scope = $1 AND event_key = $2 AND lease_token = $3 AND status = 'in_progress'`,
+    ),
     leaseExtend: named(
       'lease_extend',
       `
@@ -189,12 +229,13 @@ UPDATE ${t} SET lease_expires_at = now()
 WHERE scope = $1 AND event_key = $2 AND status = 'in_progress'`,
     ),
     currentAttempt: named('current_attempt', `SELECT attempts FROM ${t} WHERE scope = $1 AND event_key = $2`),
+    restoreLockTimeout: named('restore_lock_timeout', `SELECT set_config('lock_timeout', $1, true)`),
   };
 }
 
 /**
  * The transaction claim as a SQL-level prepared statement, so that BEGIN and the claim can travel
- * in one simple-protocol query (`beginAndClaimSql`). Prepared once per connection.
+ * in one simple-protocol query (`claimAfterSql`). Prepared once per connection.
  */
 export function prepareTransactionClaimSql(statements: ClaimStatements): string {
   const { name, text } = statements.transactionClaim;
@@ -202,25 +243,24 @@ export function prepareTransactionClaimSql(statements: ClaimStatements): string 
 }
 
 /**
- * BEGIN and the transaction claim as one simple-protocol query: one round trip. Prepared, it is
- * `EXECUTE` of the SQL-level prepared statement (preceded by its PREPARE on a connection that has
- * not run it); unprepared (behind a transaction-mode pooler, where the next transaction may run on
- * a server connection that never saw the PREPARE), the claim's own text with the values inlined.
- * The simple protocol takes no parameters, so the four values come as literals, already escaped
- * by pg's `escapeLiteral`.
+ * `head` (BEGIN, or a SAVEPOINT inside the transaction) and the transaction claim as one
+ * simple-protocol query: one round trip. Prepared, it is `EXECUTE` of the SQL-level prepared
+ * statement (preceded by its PREPARE on a connection that has not run it); unprepared (behind a
+ * transaction-mode pooler, where the next transaction may run on a server connection that never
+ * saw the PREPARE), the claim's own text with the values inlined. The simple protocol takes no
+ * parameters, so the four values come as literals, already escaped by pg's `escapeLiteral`.
  */
-export function beginAndClaimSql(
+export function claimAfterSql(
   statements: ClaimStatements,
+  head: string,
   literals: readonly string[],
   how: 'execute' | 'prepare-and-execute' | 'inline',
-  isolationLevel?: string,
 ): string {
-  const begin = isolationLevel ? `BEGIN ISOLATION LEVEL ${isolationLevel}` : 'BEGIN';
   const { name, text } = statements.transactionClaim;
   if (how === 'inline')
-    return `${begin};${text.replace(/\$(\d)/g, (_, n: string) => literals[Number(n) - 1])}`;
+    return `${head};${text.replace(/\$(\d)/g, (_, n: string) => literals[Number(n) - 1])}`;
   const execute = `EXECUTE ${name} (${literals.join(', ')})`;
   return how === 'prepare-and-execute'
-    ? `${begin}; ${prepareTransactionClaimSql(statements)}; ${execute}`
-    : `${begin}; ${execute}`;
+    ? `${head}; ${prepareTransactionClaimSql(statements)}; ${execute}`
+    : `${head}; ${execute}`;
 }

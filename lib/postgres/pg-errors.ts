@@ -31,6 +31,9 @@ const CONNECTION_CODES = new Set([
   '57P02', // crash_shutdown
   '57P03', // cannot_connect_now: starting up or shutting down
   '25P03', // idle_in_transaction_session_timeout: the server closed the session
+  // read_only_sql_transaction: a write reached a standby, as when a failover moved the database's
+  // endpoint before the promotion finished. A fenced completion sent again lands once it has.
+  '25006',
 ]);
 
 /** Node's socket errors. */

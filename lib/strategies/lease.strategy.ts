@@ -1,7 +1,9 @@
 import { randomUUID } from 'node:crypto';
-import { Inject, Injectable, Logger } from '@nestjs/common';
+import { Inject, Injectable, Logger, type OnModuleDestroy } from '@nestjs/common';
+import { afterCommitFailed } from '../core/after-commit.js';
 import type { ClaimResult } from '../core/claim-result.js';
 import type { ClaimHandle, ClaimSpec, ClaimStrategy } from '../core/claim-strategy.js';
+import { commitFaultsArmed, takeCommitFault } from '../core/commit-faults.js';
 import { DEFAULTS, IDEMPOTENCY_CONFIG } from '../idempotency.constants.js';
 import {
   claimFailedLog,
@@ -17,6 +19,9 @@ import { ClaimDatabase } from '../postgres/claim-database.js';
 import { errorMessage, isConnectionError } from '../postgres/pg-errors.js';
 import type { ClaimStatement } from '../postgres/statement-executor.js';
 import { databaseUnavailableError } from './database-unavailable.js';
+import { isRefusal } from './handler-refusal.js';
+import { LeaseHandle } from './lease-handle.js';
+import { RetryAfterEstimator } from './retry-after.estimator.js';
 
 /**
  * Claims between the lease claim and its state read can change hands (a lease expires, a holder
@@ -25,27 +30,44 @@ import { databaseUnavailableError } from './database-unavailable.js';
 const MAX_CLAIM_ROUNDS = 3;
 
 /**
- * Pauses between rounds of a completion's resends while the database stays unreachable: doubling
- * from the first, capped at the last, until the lease this process holds runs out.
+ * Pauses between rounds of a fenced update's resends while the database stays unreachable:
+ * doubling from the first, capped at the last, until the lease this process holds runs out.
  */
-const COMPLETION_PAUSE_MS = 100;
-const MAX_COMPLETION_PAUSE_MS = 1_000;
+const RESEND_PAUSE_MS = 100;
+const MAX_RESEND_PAUSE_MS = 1_000;
+
+/** Logged when a failure mark could not be sent and goes on being sent after the answer. */
+const failureMarkPending = (scope: string, key: string, error: unknown) =>
+  `Could not mark ${key} (${scope}) failed yet (${errorMessage(error)}); sending it again until the ` +
+  `database answers or the lease runs out, so the next delivery can claim the event at once`;
+
+/** Logged when a refused delivery's claim could not be removed: it expires with its lease. */
+const refusalNotRemoved = (scope: string, key: string, error: unknown) =>
+  `Could not remove the claim of ${key} (${scope}) after its handler refused it ` +
+  `(${errorMessage(error)}); it becomes claimable when its lease expires`;
 
 /**
- * External mode (seed "fix two"): a three-state claim for work that leaves the database. A live
- * lease held elsewhere is answered in flight (never success for unfinished work); an expired
- * lease or a failed attempt is re-claimed under a new fencing token, and only the current token
- * holder can mark the event done.
+ * External mode: a three-state claim for work that leaves the database. A live lease held
+ * elsewhere is answered in flight (never success for unfinished work); an expired lease or a
+ * failed attempt is re-claimed under a new fencing token, and only the current token holder can
+ * mark the event done.
  */
 @Injectable()
-export class LeaseStrategy implements ClaimStrategy {
+export class LeaseStrategy implements ClaimStrategy, OnModuleDestroy {
   private readonly logger = new Logger('IdempotencyModule');
+  /** Aborted at shutdown: failure marks still being resent stop, and their leases expire. */
+  private readonly stopping = new AbortController();
 
   constructor(
     private readonly database: ClaimDatabase,
     @Inject(IDEMPOTENCY_CONFIG) private readonly config: IdempotencyConfig,
     private readonly metrics: IdempotencyMetrics,
+    private readonly retryAfter: RetryAfterEstimator,
   ) {}
+
+  onModuleDestroy(): void {
+    this.stopping.abort();
+  }
 
   async run<T>(
     spec: ClaimSpec,
@@ -60,26 +82,33 @@ export class LeaseStrategy implements ClaimStrategy {
     if (claim.kind !== 'claimed') return claim;
 
     const { token, attempt } = claim;
-    let leaseEnds = claimSent + leaseMs;
     this.metrics.count(attempt === 1 ? 'claimed' : 'reclaimed', spec.scope, key);
-    const extendLease = async (ms = leaseMs) => {
-      const sent = performance.now();
-      const held = await this.extend(spec, key, token, ms);
-      if (held) leaseEnds = Math.max(leaseEnds, sent + ms);
-      return held;
-    };
-    const heartbeat = spec.heartbeat ? this.startHeartbeat(spec, key, extendLease, leaseMs) : undefined;
+    const handle: LeaseHandle = new LeaseHandle(
+      spec.scope,
+      key,
+      token,
+      attempt,
+      claimSent + leaseMs,
+      async (ms = leaseMs) => {
+        const sent = performance.now();
+        const held = await this.extend(spec, key, token, ms);
+        if (held) handle.leaseUntil(sent + ms);
+        else handle.lost();
+        return held;
+      },
+    );
+    const heartbeat = spec.heartbeat ? this.startHeartbeat(spec, key, handle, leaseMs) : undefined;
     let value: T;
     try {
-      value = await work({
-        manager: this.database.dataSource.manager,
-        leaseToken: token,
-        attempt,
-        extendLease,
-      });
+      value = await work(handle);
     } catch (error) {
       clearInterval(heartbeat);
-      await this.fail(spec, key, token, attempt, error);
+      handle.finish();
+      if (isRefusal(error)) {
+        await this.refuse(spec, key, token, attempt);
+        throw error;
+      }
+      await this.fail(spec, key, token, attempt, error, handle.leaseEnds);
       // A lost connection is not the handler's fault: the redelivery can succeed unchanged.
       if (isConnectionError(error)) {
         throw databaseUnavailableError(
@@ -94,7 +123,25 @@ export class LeaseStrategy implements ClaimStrategy {
       throw error;
     }
     clearInterval(heartbeat);
-    await this.complete(spec, key, token, attempt, leaseEnds);
+    handle.finish();
+    // A test's crashBeforeCommit(): the work happened and its completion never will, as when the
+    // process dies here. The lease stays in progress until it expires.
+    if (commitFaultsArmed() && takeCommitFault(spec.scope, key)) {
+      throw databaseUnavailableError(
+        this.logger,
+        () => completionFailed(spec.scope, key, 'crashBeforeCommit()'),
+        spec.scope,
+        key,
+        this.config.retryAfterSeconds,
+        new Error('crashBeforeCommit(): the completion was not sent'),
+      );
+    }
+    if (await this.complete(spec, key, token, attempt, handle.leaseEnds)) {
+      this.retryAfter.record(spec.scope, performance.now() - claimSent);
+      if (handle.hasAfterCommit) {
+        await handle.runAfterCommit((error) => this.logger.error(afterCommitFailed(spec.scope, key, error)));
+      }
+    }
     return { kind: 'processed', value };
   }
 
@@ -119,56 +166,99 @@ export class LeaseStrategy implements ClaimStrategy {
       // Gone (retention), failed or expired since the claim: claim again. Still live: in flight.
       if ((state?.status === 'in_progress' && state.live) || round >= MAX_CLAIM_ROUNDS) {
         this.metrics.count('in_flight', spec.scope, key);
-        const secondsLeft = state?.live ? Number(state.seconds_left) : 1;
-        return { kind: 'in_flight', retryAfterSeconds: Math.min(secondsLeft, this.config.retryAfterSeconds) };
+        const live = state?.status === 'in_progress' && state.live;
+        const retryAfterSeconds = live
+          ? this.retryAfter.seconds(spec.scope, Number(state.held_ms), Number(state.seconds_left))
+          : 1;
+        return { kind: 'in_flight', retryAfterSeconds };
       }
     }
   }
 
   /**
-   * Marks the event done. The work has happened: a completion that does not land before the lease
-   * expires lets a redelivery re-claim the event and run it a second time. So while the database
-   * is unreachable (a restart, a failover, a storm of terminated connections) the completion is
-   * sent again, and the answer waits, until it lands or the lease this process holds (`leaseEnds`)
-   * has run out.
+   * Marks the event done; true when it is. The work has happened: a completion that does not land
+   * before the lease expires lets a redelivery re-claim the event and run it a second time. So
+   * while the database is unreachable (a restart, a failover, a storm of terminated connections)
+   * the completion is sent again, and the answer waits, until it lands or the lease this process
+   * holds (`leaseEnds`) has run out.
    */
-  private async complete(spec: ClaimSpec, key: string, token: string, attempt: number, leaseEnds: number) {
+  private async complete(
+    spec: ClaimSpec,
+    key: string,
+    token: string,
+    attempt: number,
+    leaseEnds: number,
+  ): Promise<boolean> {
     try {
-      if (
-        await this.fenced(
-          this.database.statements.leaseComplete,
-          [spec.scope, key, token],
-          key,
-          spec,
-          token,
-          'done',
-          leaseEnds,
-        )
-      )
-        return;
+      const parameters = [spec.scope, key, token];
+      const { leaseComplete } = this.database.statements;
+      if (await this.fenced(leaseComplete, parameters, spec, key, token, 'done', leaseEnds)) return true;
       await this.reportLeaseLost(spec, key, attempt);
     } catch (error) {
       // The work happened: answering 5xx would make the sender run it again once the lease
       // expires. The row stays in_progress, expires, and the reporter shows it.
       this.logger.error(completionFailed(spec.scope, key, error));
     }
+    return false;
   }
 
-  private async fail(spec: ClaimSpec, key: string, token: string, attempt: number, error: unknown) {
+  /**
+   * Marks the attempt failed, so the next delivery re-claims the event at once rather than after
+   * the lease. When the database does not answer, the mark goes on being sent after the failure
+   * has been answered (in the background, until it lands, the lease runs out or the app stops):
+   * the sender's redelivery after an outage then finds the event claimable, not held for the rest
+   * of the lease.
+   */
+  private async fail(
+    spec: ClaimSpec,
+    key: string,
+    token: string,
+    attempt: number,
+    error: unknown,
+    leaseEnds: number,
+  ): Promise<void> {
     const message = errorMessage(error).slice(0, DEFAULTS.maxErrorLength);
+    const parameters = [spec.scope, key, token, message];
+    const { leaseFail } = this.database.statements;
     let lost: boolean;
     try {
-      const parameters = [spec.scope, key, token, message];
-      lost = !(await this.fenced(this.database.statements.leaseFail, parameters, key, spec, token, 'failed'));
-    } catch (releaseError) {
-      // Not marked, yet still this worker's failure: the lease expires and the event is re-claimed.
-      lost = false;
-      this.logger.error(releaseFailed(spec.scope, key, releaseError));
+      lost = !(await this.fenced(leaseFail, parameters, spec, key, token, 'failed'));
+    } catch (markError) {
+      this.metrics.count('failed', spec.scope, key);
+      if (!isConnectionError(markError) || performance.now() >= leaseEnds || this.stopping.signal.aborted) {
+        // Not marked, yet still this worker's failure: the lease expires and the event is re-claimed.
+        this.logger.error(releaseFailed(spec.scope, key, markError));
+        return;
+      }
+      this.logger.warn(failureMarkPending(spec.scope, key, markError));
+      void this.fenced(leaseFail, parameters, spec, key, token, 'failed', leaseEnds).then(
+        (marked) => (marked ? undefined : this.reportLeaseLost(spec, key, attempt)),
+        (lastError: unknown) => this.logger.error(releaseFailed(spec.scope, key, lastError)),
+      );
+      return;
     }
     // Lost: another worker holds the event now. The failure marked nothing, and what this attempt
     // did outside the database before it threw may run again under the new holder.
     if (lost) await this.reportLeaseLost(spec, key, attempt);
     else this.metrics.count('failed', spec.scope, key);
+  }
+
+  /**
+   * Removes the claim of a delivery its handler refused (a 4xx): a refusal leaves no claim, as in
+   * transaction mode. Fenced: a lease taken over meanwhile is left to its new holder.
+   */
+  private async refuse(spec: ClaimSpec, key: string, token: string, attempt: number): Promise<void> {
+    this.metrics.count('failed', spec.scope, key);
+    try {
+      const { result, resent } = await this.database.executor.executeResending(
+        this.database.statements.leaseRefuse,
+        [spec.scope, key, token],
+      );
+      // Nothing removed by a resend: the first send removed it and its answer was lost.
+      if (result.rowCount === 0 && !resent) await this.reportLeaseLost(spec, key, attempt);
+    } catch (error) {
+      this.logger.error(refusalNotRemoved(spec.scope, key, error));
+    }
   }
 
   /**
@@ -183,8 +273,8 @@ export class LeaseStrategy implements ClaimStrategy {
   private async fenced(
     statement: ClaimStatement,
     parameters: unknown[],
-    key: string,
     spec: ClaimSpec,
+    key: string,
     token: string,
     status: 'done' | 'failed' | 'in_progress',
     persistUntil?: number,
@@ -205,10 +295,14 @@ export class LeaseStrategy implements ClaimStrategy {
         const { result, resent } = await this.database.executor.executeResending(statement, parameters);
         return { result, resent: resent || round > 0 };
       } catch (error) {
-        const pause = Math.min(MAX_COMPLETION_PAUSE_MS, COMPLETION_PAUSE_MS * 2 ** round);
-        if (until === undefined || !isConnectionError(error) || performance.now() + pause >= until)
+        const pause = Math.min(MAX_RESEND_PAUSE_MS, RESEND_PAUSE_MS * 2 ** round);
+        const stopped = this.stopping.signal.aborted;
+        if (until === undefined || stopped || !isConnectionError(error) || performance.now() + pause >= until)
           throw error;
-        await new Promise((resolve) => setTimeout(resolve, pause));
+        await new Promise<void>((resolve) => {
+          // Unref'd: a resend never keeps a stopping process alive.
+          setTimeout(resolve, pause).unref();
+        });
       }
     }
   }
@@ -227,25 +321,19 @@ export class LeaseStrategy implements ClaimStrategy {
   }
 
   private extend(spec: ClaimSpec, key: string, token: string, ms: number): Promise<boolean> {
-    return this.fenced(
-      this.database.statements.leaseExtend,
-      [spec.scope, key, token, ms],
-      key,
-      spec,
-      token,
-      'in_progress',
-    );
+    const { leaseExtend } = this.database.statements;
+    return this.fenced(leaseExtend, [spec.scope, key, token, ms], spec, key, token, 'in_progress');
   }
 
   private startHeartbeat(
     spec: ClaimSpec,
     key: string,
-    extendLease: () => Promise<boolean>,
+    handle: LeaseHandle,
     leaseMs: number,
   ): ReturnType<typeof setInterval> {
     const timer = setInterval(
       () => {
-        extendLease().then(
+        handle.extendLease().then(
           (held) => {
             if (!held) clearInterval(timer);
           },

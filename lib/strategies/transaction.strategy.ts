@@ -1,8 +1,14 @@
 import { Inject, Injectable, Logger } from '@nestjs/common';
+import { afterCommitFailed } from '../core/after-commit.js';
 import type { ClaimResult } from '../core/claim-result.js';
 import type { ClaimHandle, ClaimSpec, ClaimStrategy } from '../core/claim-strategy.js';
+import { commitFaultsArmed, takeCommitFault } from '../core/commit-faults.js';
 import { DEFAULTS, IDEMPOTENCY_CONFIG } from '../idempotency.constants.js';
-import { TransactionAbortedError } from '../idempotency.errors.js';
+import {
+  EventInFlightError,
+  IdempotencyUnavailableError,
+  TransactionAbortedError,
+} from '../idempotency.errors.js';
 import {
   claimFailedLog,
   commitAmbiguousLog,
@@ -19,7 +25,9 @@ import {
   ClaimTransaction,
   CommitRolledBackError,
   DeferredStatementMissError,
+  type ClaimFound,
   type ClaimTransactionOptions,
+  type ClaimValues,
 } from '../postgres/claim-transaction.js';
 import {
   errorCode,
@@ -30,7 +38,9 @@ import {
   LOCK_NOT_AVAILABLE,
 } from '../postgres/pg-errors.js';
 import { databaseUnavailableError } from './database-unavailable.js';
+import { isRefusal } from './handler-refusal.js';
 import { InProcessWaiters } from './in-process-waiters.js';
+import { RetryAfterEstimator } from './retry-after.estimator.js';
 
 /** How often a serialization failure or deadlock is retried from scratch (claim and handler). */
 const MAX_TRANSACTION_TRIES = 3;
@@ -38,11 +48,12 @@ const MAX_TRANSACTION_TRIES = 3;
 const SLOW_WARNING_EVERY_MS = 60_000;
 
 /**
- * Transaction mode (seed "fix one"): the claim and everything the handler writes through the
- * transaction's EntityManager commit together. A crash or a throw rolls both back and the next
- * delivery claims cleanly. A concurrent duplicate waits for the first delivery for at most
+ * Transaction mode: the claim and everything the handler writes through the transaction's
+ * EntityManager commit together. A crash or a throw rolls both back and the next delivery claims
+ * cleanly. A concurrent duplicate waits for the first delivery for at most
  * `concurrentDuplicateWaitMs` (in memory in this process, on the claim's row lock elsewhere): it
- * then sees the commit (replayed), the rollback (claims and runs), or neither (in flight).
+ * then sees the commit (replayed), the rollback (claims and runs), or neither (in flight). A claim
+ * made while a transaction-mode delivery runs joins that delivery's transaction in a savepoint.
  */
 @Injectable()
 export class TransactionStrategy implements ClaimStrategy {
@@ -56,12 +67,23 @@ export class TransactionStrategy implements ClaimStrategy {
     private readonly database: ClaimDatabase,
     @Inject(IDEMPOTENCY_CONFIG) private readonly config: IdempotencyConfig,
     private readonly metrics: IdempotencyMetrics,
+    private readonly retryAfter: RetryAfterEstimator,
   ) {
     this.lockTimeout = `${Math.max(1, Math.ceil(config.concurrentDuplicateWaitMs))}ms`;
   }
 
-  /** Claims `key`, runs `work` in the claim's transaction and commits both, or neither. */
-  run<T>(spec: ClaimSpec, key: string, work: (handle: ClaimHandle) => Promise<T>): Promise<ClaimResult<T>> {
+  /**
+   * Claims `key`, runs `work` in the claim's transaction and commits both, or neither. Inside
+   * another transaction-mode delivery (`enclosing`), in that delivery's transaction instead.
+   */
+  run<T>(
+    spec: ClaimSpec,
+    key: string,
+    work: (handle: ClaimHandle) => Promise<T>,
+    enclosing?: ClaimHandle,
+  ): Promise<ClaimResult<T>> {
+    // A delivery made by the testing helpers has no claim transaction to join: it claims on its own.
+    if (enclosing instanceof ClaimTransaction) return this.joinEnclosing(enclosing, spec, key, work);
     const id = `${spec.scope}\u0000${key}`;
     if (this.waiters.has(id)) return this.afterFirst(id, spec, key, work);
     return this.claimAndRun(id, spec, key, work);
@@ -80,11 +102,8 @@ export class TransactionStrategy implements ClaimStrategy {
     const deadline = performance.now() + this.config.concurrentDuplicateWaitMs;
     while (this.waiters.has(id)) {
       const outcome = await this.waiters.wait(id, deadline - performance.now());
-      if (outcome === 'timeout') return this.answerInFlight(spec, key);
-      if (outcome === 'committed') {
-        this.metrics.count('replayed', spec.scope, key);
-        return { kind: 'replayed' };
-      }
+      if (outcome === 'timeout') return this.inFlight(spec, key, this.waiters.heldMs(id));
+      if (outcome === 'committed') return this.replayed(spec, key);
     }
     return this.claimAndRun(id, spec, key, work);
   }
@@ -102,7 +121,9 @@ export class TransactionStrategy implements ClaimStrategy {
   ): Promise<ClaimResult<T>> {
     // Registered before the first await, so a duplicate arriving meanwhile finds it.
     this.waiters.begin(id);
-    let committed = false;
+    const values: ClaimValues = [spec.scope, key, spec.source, this.lockTimeout];
+    let done: ClaimTransaction | undefined;
+    let value: T | undefined;
     try {
       // A retry re-runs claim and handler in a fresh transaction: replaying recorded SQL is not enough.
       for (let attempt = 1; ; attempt++) {
@@ -112,30 +133,32 @@ export class TransactionStrategy implements ClaimStrategy {
           this.transactionOptions(),
         );
         try {
-          let claimed: boolean;
+          const started = performance.now();
+          let found: ClaimFound;
           try {
-            claimed = await transaction.beginAndClaim([spec.scope, key, spec.source, this.lockTimeout]);
+            found = await transaction.beginAndClaim(values);
           } catch (error) {
             await rollbackQuietly(transaction);
-            // Another delivery held the claim past concurrentDuplicateWaitMs.
-            if (errorCode(error) === LOCK_NOT_AVAILABLE) return this.answerInFlight(spec, key);
+            // Another delivery (at another replica) held the claim past concurrentDuplicateWaitMs.
+            if (errorCode(error) === LOCK_NOT_AVAILABLE) {
+              return this.inFlight(spec, key, this.config.concurrentDuplicateWaitMs);
+            }
             if (retriesLeft && isRetryable(error)) continue;
             throw this.unavailable(spec, key, error, claimFailedLog);
           }
-          if (!claimed) {
+          if (found.kind !== 'claimed') {
             try {
               await transaction.end('ROLLBACK');
             } catch (error) {
               throw this.unavailable(spec, key, error, claimFailedLog);
             }
-            this.metrics.count('replayed', spec.scope, key);
-            return { kind: 'replayed' };
+            if (found.kind === 'done') return this.replayed(spec, key);
+            // A live lease of the other mode on the same scope: its work is unfinished.
+            return this.inFlight(spec, key, found.heldMs, found.secondsLeft);
           }
 
-          const started = performance.now();
-          let value: T;
           try {
-            value = await work({ manager: transaction.manager, executor: transaction });
+            value = await work(transaction);
           } catch (error) {
             this.warnIfSlow(spec.scope, performance.now() - started);
             await rollbackQuietly(transaction);
@@ -147,12 +170,23 @@ export class TransactionStrategy implements ClaimStrategy {
               this.metrics.count('failed', spec.scope, key);
               throw this.unavailable(spec, key, error, handlerDatabaseFailedLog);
             }
+            // A claim made inside the handler found its event in flight or the database away:
+            // answered as that (retry later), not recorded as the handler's failure.
+            if (error instanceof EventInFlightError || error instanceof IdempotencyUnavailableError) {
+              this.metrics.count(
+                error instanceof EventInFlightError ? 'in_flight' : 'failed',
+                spec.scope,
+                key,
+              );
+              throw error;
+            }
             await this.failed(transaction, spec, key, error);
             throw error;
           }
           this.warnIfSlow(spec.scope, performance.now() - started);
 
           try {
+            if (commitFaultsArmed() && takeCommitFault(spec.scope, key)) await transaction.loseCommit();
             await transaction.end('COMMIT');
           } catch (error) {
             // Postgres refused the COMMIT itself (serializable isolation), or a statement sent with
@@ -164,21 +198,87 @@ export class TransactionStrategy implements ClaimStrategy {
             }
             throw await this.commitFailed(transaction, spec, key, error);
           }
-          committed = true;
-          this.metrics.count('claimed', spec.scope, key);
-          return { kind: 'processed', value };
+          this.retryAfter.record(spec.scope, performance.now() - started);
+          this.metrics.count(found.reclaimed ? 'reclaimed' : 'claimed', spec.scope, key);
+          done = transaction;
+          break;
         } finally {
           await transaction.release();
         }
       }
     } finally {
-      this.waiters.end(id, committed ? 'committed' : 'not_committed');
+      this.waiters.end(id, done ? 'committed' : 'not_committed');
     }
+    // After the connection went back to the pool: the callbacks are not part of the transaction.
+    if (done!.hasAfterCommit) {
+      await done!.runAfterCommit((error) => this.logger.error(afterCommitFailed(spec.scope, key, error)));
+    }
+    return { kind: 'processed', value: value as T };
   }
 
-  private answerInFlight(spec: ClaimSpec, key: string): ClaimResult<never> {
+  /**
+   * A claim made while a transaction-mode delivery runs, in that delivery's transaction: a
+   * savepoint and the claim in one round trip, then the work on the same connection. Success
+   * leaves the savepoint for the enclosing COMMIT (it commits both, or neither); a failure rolls
+   * back to it, so the enclosing delivery can catch the error and go on. Counted when the
+   * enclosing transaction commits, as that is when the claim exists.
+   */
+  private async joinEnclosing<T>(
+    transaction: ClaimTransaction,
+    spec: ClaimSpec,
+    key: string,
+    work: (handle: ClaimHandle) => Promise<T>,
+  ): Promise<ClaimResult<T>> {
+    const savepoint = transaction.savepoint();
+    const started = performance.now();
+    let found: ClaimFound;
+    try {
+      found = await transaction.claimAt(savepoint, [spec.scope, key, spec.source, this.lockTimeout]);
+    } catch (error) {
+      await transaction.rollbackTo(savepoint).catch(() => undefined);
+      if (errorCode(error) === LOCK_NOT_AVAILABLE) {
+        return this.inFlight(spec, key, this.config.concurrentDuplicateWaitMs);
+      }
+      throw this.unavailable(spec, key, error, claimFailedLog);
+    }
+    // Neither changed anything: the claim inserted nothing and the reclaim matched nothing.
+    if (found.kind === 'done') return this.replayed(spec, key);
+    if (found.kind === 'leased') return this.inFlight(spec, key, found.heldMs, found.secondsLeft);
+    let value: T;
+    try {
+      value = await work(transaction);
+    } catch (error) {
+      // Should the connection be gone, the enclosing delivery fails on it anyway.
+      await transaction.rollbackTo(savepoint).catch(() => undefined);
+      this.metrics.count('failed', spec.scope, key);
+      throw error;
+    }
+    const outcome = found.reclaimed ? 'reclaimed' : 'claimed';
+    transaction.afterCommit(() => {
+      this.retryAfter.record(spec.scope, performance.now() - started);
+      this.metrics.count(outcome, spec.scope, key);
+    });
+    return { kind: 'processed', value };
+  }
+
+  private replayed(spec: ClaimSpec, key: string): ClaimResult<never> {
+    this.metrics.count('replayed', spec.scope, key);
+    return REPLAYED;
+  }
+
+  /**
+   * In flight: another delivery has held the event for `heldMs`. Retry-After follows how long
+   * this scope's deliveries take (RetryAfterEstimator), at most the lease's `secondsLeft` when a
+   * lease holds it, else `retryAfterSeconds`.
+   */
+  private inFlight(
+    spec: ClaimSpec,
+    key: string,
+    heldMs: number,
+    secondsLeft: number = this.config.retryAfterSeconds,
+  ): ClaimResult<never> {
     this.metrics.count('in_flight', spec.scope, key);
-    return { kind: 'in_flight', retryAfterSeconds: this.config.retryAfterSeconds };
+    return { kind: 'in_flight', retryAfterSeconds: this.retryAfter.seconds(spec.scope, heldMs, secondsLeft) };
   }
 
   private unavailable(
@@ -274,6 +374,9 @@ export class TransactionStrategy implements ClaimStrategy {
   }
 }
 
+/** The one replayed result: it carries nothing, so every replay shares it. */
+const REPLAYED: ClaimResult<never> = { kind: 'replayed' };
+
 /** Rolls back if a transaction is open; a lost connection has rolled back on its own. */
 async function rollbackQuietly(transaction: ClaimTransaction): Promise<void> {
   try {
@@ -281,10 +384,4 @@ async function rollbackQuietly(transaction: ClaimTransaction): Promise<void> {
   } catch {
     // The connection is gone; Postgres rolls the transaction back on its own.
   }
-}
-
-/** An HttpException (or anything shaped like one) with a 4xx status: the handler refused its input. */
-function isRefusal(error: unknown): boolean {
-  const status = (error as { getStatus?: () => unknown })?.getStatus?.();
-  return typeof status === 'number' && status >= 400 && status < 500;
 }

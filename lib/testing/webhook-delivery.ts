@@ -1,4 +1,6 @@
 import type { EntityManager } from 'typeorm';
+import { ClaimDelivery } from '../core/claim-delivery.js';
+import type { ClaimHandle } from '../core/claim-strategy.js';
 import { runInIdempotencyContext } from '../core/idempotency-context.js';
 
 /** A delivery as `@IdempotentWebhook` would hand it to its handler, for tests. */
@@ -38,17 +40,21 @@ export function runAsWebhookDelivery<T>(delivery: WebhookDelivery, fn: () => T):
       'runAsWebhookDelivery: attempt and extendLease belong to external mode; set leaseToken too',
     );
   }
-  return runInIdempotencyContext(
-    {
-      key: delivery.key,
-      scope,
-      source: scope,
-      mode: external ? 'external' : 'transaction',
-      manager: delivery.manager,
-      leaseToken: delivery.leaseToken,
-      attempt: external ? (delivery.attempt ?? 1) : undefined,
-      extendLease: external ? (delivery.extendLease ?? (() => Promise.resolve(true))) : undefined,
-    },
-    fn,
-  );
+  const afterCommit: (() => unknown)[] = [];
+  const handle: ClaimHandle = {
+    manager: external ? undefined : delivery.manager,
+    leaseToken: delivery.leaseToken,
+    attempt: external ? (delivery.attempt ?? 1) : undefined,
+    extendLease: external ? (delivery.extendLease ?? (() => Promise.resolve(true))) : undefined,
+    signal: new AbortController().signal,
+    // Nothing is committed here: the test's own transaction decides, so callbacks are only kept.
+    afterCommit: (fn) => void afterCommit.push(fn),
+  };
+  const spec = {
+    scope,
+    source: scope,
+    mode: external ? 'external' : 'transaction',
+    propagation: 'required',
+  } as const;
+  return runInIdempotencyContext(new ClaimDelivery(spec, delivery.key, handle), fn);
 }

@@ -10,6 +10,7 @@ import {
   unprotectedHandlers,
   webhookOffHandler,
 } from '../idempotency.messages.js';
+import { webhookTransactionManager } from './webhook-transaction.decorator.js';
 
 /**
  * Metadata keys other packages set, read here to tell where a decorated method lives. Strings, not
@@ -22,6 +23,23 @@ const GATEWAY = 'websockets:is_gateway'; // @WebSocketGateway, on the class
 const GATEWAY_MESSAGE = 'websockets:message_mapping'; // @SubscribeMessage
 const GRAPHQL_RESOLVER = 'graphql:resolver_type'; // @Resolver on the class; @Query, @Mutation, ...
 const GRAPHQL_RESOLVER_NAME = 'graphql:resolver_name';
+const ROUTE_ARGUMENTS = '__routeArguments__'; // @nestjs/common ROUTE_ARGS_METADATA, on the class
+const RESPONSE_PASSTHROUGH = '__responsePassthrough__'; // @Res({ passthrough: true })
+/** RouteParamtypes.RESPONSE (`@Res()`) and NEXT (`@Next()`): route argument keys `1:<index>`, `2:<index>`. */
+const RESPONSE_ARGUMENT = /^[12]:\d+$/;
+
+/** A handler with `@Res()` or `@Next()` (without passthrough): it sends its own answer. */
+const responseOwnedByHandler = (where: string) =>
+  `${where} takes @Res() or @Next() and sends its own answer: that answer would leave before the ` +
+  `claim's COMMIT (a failed COMMIT would lose the event after its 200), a retried transaction ` +
+  `would send it twice, and a replay (the handler not called) would send none. Return the answer ` +
+  `instead, or use @Res({ passthrough: true }) to set headers and status.`;
+
+/** `@WebhookTransaction()` on an external-mode handler. */
+const transactionInExternalMode = (where: string) =>
+  `${where} runs in external mode and takes @WebhookTransaction(): external mode holds no claim ` +
+  `transaction, so there is no manager whose writes commit with the claim. Inject your repository ` +
+  `or DataSource for those writes (keep them idempotent on their own), or use transaction mode.`;
 
 /**
  * nestjs/schedule's explorer, for refusals: at start-up, every controller and provider method
@@ -69,6 +87,8 @@ export class IdempotencyExplorer implements OnModuleInit {
             Reflect.hasMetadata(MESSAGE_PATTERN, method));
         if (webhook && !handler) {
           problems.push(webhookOffHandler(where));
+        } else if (webhook) {
+          problems.push(...handlerArgumentProblems(type, name, method, where));
         } else if (plain && handler) {
           problems.push(methodOnHandler(where));
         } else if (plain && !controller && (!wrapper.metatype || wrapper.inject)) {
@@ -78,6 +98,27 @@ export class IdempotencyExplorer implements OnModuleInit {
       }
     }
   }
+}
+
+/**
+ * What a protected handler's parameters get wrong: `@Res()` or `@Next()` without passthrough (the
+ * handler answers, not the library), `@WebhookTransaction()` in external mode. Read from the route
+ * arguments Nest's parameter decorators record on the class.
+ */
+function handlerArgumentProblems(type: object, name: string, method: object, where: string): string[] {
+  const args = (Reflect.getMetadata(ROUTE_ARGUMENTS, type, name) ?? {}) as Record<
+    string,
+    { factory?: unknown }
+  >;
+  const problems: string[] = [];
+  const ownsResponse = Object.keys(args).some((argument) => RESPONSE_ARGUMENT.test(argument));
+  if (ownsResponse && Reflect.getMetadata(RESPONSE_PASSTHROUGH, type, name) !== true) {
+    problems.push(responseOwnedByHandler(where));
+  }
+  const meta = Reflect.getMetadata(IDEMPOTENT_WEBHOOK_METADATA, method) as { mode?: string } | undefined;
+  const wantsTransaction = Object.values(args).some((arg) => arg?.factory === webhookTransactionManager);
+  if (meta?.mode === 'external' && wantsTransaction) problems.push(transactionInExternalMode(where));
+  return problems;
 }
 
 /** The class behind a wrapper; useValue and useFactory providers have only their instance's. */

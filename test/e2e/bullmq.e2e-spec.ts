@@ -329,7 +329,7 @@ describe('@Idempotent on BullMQ consumers', () => {
     expect(await ordersOf(eventId)).toEqual([{ amount: 2 }]);
     expect(await claimRow(db, ORDERS_SCOPE, eventId)).toMatchObject({ status: 'done' });
     expect(app.get(IdempotencyMetrics).snapshot().claims).toEqual({
-      [ORDERS_SCOPE]: { failed: 1, claimed: 1 },
+      [ORDERS_SCOPE]: { failed: 1, reclaimed: 1 },
     });
   });
 

@@ -5,7 +5,7 @@ import { DataSource } from 'typeorm';
 import request from 'supertest';
 import { IdempotencyMetrics, type IdempotencyModuleOptions } from '../../lib/index.js';
 import { pgPoolOf } from '../../lib/postgres/typeorm-internals.js';
-import { CLAIM_SQL, PREPARE_TRANSACTION_CLAIM } from '../support/claim-sql.js';
+import { CLAIM_SQL, PREPARE_TRANSACTION_CLAIM, statementNames } from '../support/claim-sql.js';
 import { ADAPTERS, startApp, type RunningApp } from '../support/app.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import { LogCapture } from '../support/log-capture.js';
@@ -86,8 +86,8 @@ function transactionControl(sent: string[]): string[] {
     if (/^\s*(ROLLBACK|COMMIT)\b/.test(text)) return [text.trim()];
     if (!/^\s*BEGIN\b/.test(text)) return [];
     const parts = ['BEGIN'];
-    if (text.includes('PREPARE idempotency_transaction_claim')) parts.push('PREPARE');
-    if (text.includes('EXECUTE idempotency_transaction_claim')) parts.push('EXECUTE');
+    if (text.includes(`PREPARE ${CLAIM_SQL.transactionClaim.name}`)) parts.push('PREPARE');
+    if (text.includes(`EXECUTE ${CLAIM_SQL.transactionClaim.name}`)) parts.push('EXECUTE');
     return [parts.join('; ')];
   });
 }
@@ -292,7 +292,7 @@ describe.each(ADAPTERS)('one-round-trip transaction claim (%s)', (adapter) => {
           'BEGIN; EXECUTE',
           'ROLLBACK',
         ]);
-        expect(await preparedClaims(running)).toEqual([{ name: 'idempotency_transaction_claim' }]);
+        expect(await preparedClaims(running)).toEqual([{ name: CLAIM_SQL.transactionClaim.name }]);
 
         // The connection forgets the statement; the module still believes it has it.
         await running.app.get(DataSource).query('DEALLOCATE ALL');
@@ -326,7 +326,7 @@ describe.each(ADAPTERS)('one-round-trip transaction claim (%s)', (adapter) => {
           expect(await orders(id)).toBe(1);
           expect(await claims(id)).toBe(1);
         }
-        expect(await preparedClaims(running)).toEqual([{ name: 'idempotency_transaction_claim' }]);
+        expect(await preparedClaims(running)).toEqual([{ name: CLAIM_SQL.transactionClaim.name }]);
       });
     });
 
@@ -339,11 +339,7 @@ describe.each(ADAPTERS)('one-round-trip transaction claim (%s)', (adapter) => {
         const firstId = `evt_dealloc_external_1_${adapter}`;
         await deliverTwice(running, '/claims/external', firstId);
         // The new event's claim and completion, and the duplicate's read of why it claimed nothing.
-        expect(await leaseStatements()).toEqual([
-          'idempotency_claim_state',
-          'idempotency_lease_claim',
-          'idempotency_lease_complete',
-        ]);
+        expect(await leaseStatements()).toEqual(statementNames('claimState', 'leaseClaim', 'leaseComplete'));
         const forgetful = await backend();
 
         // pg still believes the connection has them: its next EXECUTE fails there (26000) without
@@ -352,11 +348,7 @@ describe.each(ADAPTERS)('one-round-trip transaction claim (%s)', (adapter) => {
         const secondId = `evt_dealloc_external_2_${adapter}`;
         await deliverTwice(running, '/claims/external', secondId);
         expect(await backend()).not.toBe(forgetful);
-        expect(await leaseStatements()).toEqual([
-          'idempotency_claim_state',
-          'idempotency_lease_claim',
-          'idempotency_lease_complete',
-        ]);
+        expect(await leaseStatements()).toEqual(statementNames('claimState', 'leaseClaim', 'leaseComplete'));
 
         // A duplicate is the first to find the statements gone: still replayed, not a 503.
         await dataSource.query('DEALLOCATE ALL');
@@ -425,7 +417,7 @@ describe.each(ADAPTERS)('one-round-trip transaction claim (%s)', (adapter) => {
       await withApp({ poolSize: 1 }, async (running) => {
         const connection = await onlyConnection(running);
         await running.app.get(DataSource).query(PREPARE_TRANSACTION_CLAIM);
-        expect(await preparedClaims(running)).toEqual([{ name: 'idempotency_transaction_claim' }]);
+        expect(await preparedClaims(running)).toEqual([{ name: CLAIM_SQL.transactionClaim.name }]);
 
         const id = `evt_preprepared_${adapter}`;
         await deliverTwice(running, '/claims/by-id', id);
@@ -440,7 +432,7 @@ describe.each(ADAPTERS)('one-round-trip transaction claim (%s)', (adapter) => {
         expect(handled(running, 'by-id', id)).toBe(1);
         expect(await orders(id)).toBe(1);
         expect(await claims(id)).toBe(1);
-        expect(await preparedClaims(running)).toEqual([{ name: 'idempotency_transaction_claim' }]);
+        expect(await preparedClaims(running)).toEqual([{ name: CLAIM_SQL.transactionClaim.name }]);
       });
     });
 
@@ -464,7 +456,7 @@ describe.each(ADAPTERS)('one-round-trip transaction claim (%s)', (adapter) => {
           await holder.query('ROLLBACK');
           holder.release();
         }
-        expect(await preparedClaims(running)).toEqual([{ name: 'idempotency_transaction_claim' }]);
+        expect(await preparedClaims(running)).toEqual([{ name: CLAIM_SQL.transactionClaim.name }]);
 
         await deliverTwice(running, '/claims/by-id', id);
         expect(transactionControl(connection.sent)).toEqual([
@@ -494,7 +486,7 @@ describe.each(ADAPTERS)('one-round-trip transaction claim (%s)', (adapter) => {
         expect(failed.status).toBe(500);
         expect(await orders(id)).toBe(0);
         expect(await claims(id)).toBe(0);
-        expect(await preparedClaims(running)).toEqual([{ name: 'idempotency_transaction_claim' }]);
+        expect(await preparedClaims(running)).toEqual([{ name: CLAIM_SQL.transactionClaim.name }]);
 
         await deliverTwice(running, '/claims/throws-after-write', id);
         expect(transactionControl(connection.sent)).toEqual([

@@ -3,7 +3,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/glob
 import { claimTable } from '../../lib/postgres/claim-table.js';
 import { createClaimTableSql } from '../../lib/postgres/schema.sql.js';
 import { releasedByOperator } from '../../lib/idempotency.messages.js';
-import { IdempotencyClaims, IdempotencyService } from '../../lib/index.js';
+import { IdempotencyClaims } from '../../lib/index.js';
 import { WebhookFixtureModule } from '../fixtures/webhook-fixture.module.js';
 import { startApp, type RunningApp } from '../support/app.js';
 import { parkRun, runDelivery, type ParkedRun } from '../support/claim-runs.js';
@@ -47,11 +47,10 @@ describe('nest-idempotent-webhooks claims (CLI)', () => {
     await db?.drop();
   });
 
-  const service = () => running.app.get(IdempotencyService);
   const deliver = (scope: string, key: string, behaviour?: { fail?: boolean }) =>
-    runDelivery(service(), scope, key, behaviour);
+    runDelivery(running.app, scope, key, behaviour);
   const park = async (scope: string, key: string) => {
-    const run = await parkRun(service(), scope, key);
+    const run = await parkRun(running.app, scope, key);
     parked.push(run);
     return run;
   };

@@ -330,7 +330,7 @@ describe.each(ADAPTERS)('database failures during a delivery (%s)', (adapter) =>
   const cutFailureMark = (id: string, when: CutMoment) =>
     cutWhen(
       (_sql, statement) =>
-        statement.statementName === 'idempotency_lease_fail' && statement.parameters[1] === id,
+        statement.statementName === CLAIM_SQL.leaseFail.name && statement.parameters[1] === id,
       { when },
     );
 
@@ -375,16 +375,42 @@ describe.each(ADAPTERS)('database failures during a delivery (%s)', (adapter) =>
     });
   });
 
-  it('leaves the lease to expire when every send of the failure mark fails; the redelivery after expiry re-claims', async () => {
+  it('goes on sending the failure mark after the answer while the database is away, so the redelivery re-claims at once', async () => {
+    const id = `evt_mark_later_${adapter}`;
+    const handlerCut = cutSideEffect(id);
+    // The mark's first three sends (StatementExecutor.executeResending) all fail: the answer goes
+    // out, and the mark keeps being sent until it lands, well within the five-minute lease.
+    const marks = [1, 2, 3].map(() => cutFailureMark(id, 'before-forward'));
+    expectUnavailable(await deliver(running, '/failures/external', { id }), id);
+    await cutsMade(handlerCut, ...marks);
+    expect(logs.find('warn', `Could not mark ${id} (${EXTERNAL}) failed yet`)).toHaveLength(1);
+    await waitUntil(
+      async () => (await claimRow(db, EXTERNAL, id))?.status === 'failed',
+      'the failure mark sent after the answer to land',
+    );
+    expect(logs.find('error', 'Could not mark')).toEqual([]);
+
+    // Not held for the rest of the lease: the next delivery takes the event at once.
+    const redelivered = await deliver(running, '/failures/external', { id });
+    expect(redelivered.status).toBe(200);
+    expect(redelivered.body).toEqual({ processed: id, attempt: 2 });
+    expect(await downstreamCalls(db, id)).toEqual([{ attempt: 2 }]);
+  });
+
+  it('gives the failure mark up once the lease has run out: the row expires and the redelivery re-claims', async () => {
     const id = `evt_mark_lost_${adapter}`;
     const handlerCut = cutSideEffect(id);
-    // The mark is sent three times in all (StatementExecutor.executeResending): cut each one.
-    const marks = [1, 2, 3].map(() => cutFailureMark(id, 'before-forward'));
-    const answer = await deliver(running, '/failures/external/short-lease', { id });
-    expectUnavailable(answer, id);
-    await cutsMade(handlerCut, ...marks);
-    expect(logs.find('error', `Could not mark ${SHORT_LEASE} key ${id} failed`)).toHaveLength(1);
-    // Not marked failed: the row stays in_progress until its lease runs out.
+    // More cuts than the mark can be sent within the 1.5 s lease: every send fails.
+    const marks = Array.from({ length: 60 }, () => cutFailureMark(id, 'before-forward'));
+    expectUnavailable(await deliver(running, '/failures/external/short-lease', { id }), id);
+    await cutsMade(handlerCut, marks[0]);
+    await waitUntil(
+      () => logs.find('error', `Could not mark ${SHORT_LEASE} key ${id} failed`).length === 1,
+      'the failure mark to be given up',
+    );
+    // Sent in rounds until the lease ran out, then left: the row stays in_progress and expires.
+    expect(marks.filter((mark) => mark.fired).length).toBeGreaterThan(3);
+    for (const mark of marks) mark.cancel();
     expect(await claimRow(db, SHORT_LEASE, id)).toMatchObject({ status: 'in_progress', attempts: 1 });
     expect(await downstreamCalls(db, id)).toEqual([]);
 

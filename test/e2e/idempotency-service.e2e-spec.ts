@@ -118,8 +118,15 @@ describe('IdempotencyService.run', () => {
     let seen: Record<string, unknown> | undefined;
     const result = await service.run({ scope: 'svc.delivery', key, source: 'billing' }, async (delivery) => {
       await delivery.manager.query('INSERT INTO orders (event_id) VALUES ($1)', [key]);
+      const { scope, source, mode, leaseToken, attempt, extendLease } = delivery;
       seen = {
-        ...delivery,
+        key: delivery.key,
+        scope,
+        source,
+        mode,
+        leaseToken,
+        attempt,
+        extendLease,
         inTransaction: delivery.manager.queryRunner?.isTransactionActive,
         // Services the work calls see the same delivery through IdempotencyContext.
         context: {
@@ -162,8 +169,20 @@ describe('IdempotencyService.run', () => {
         const extended = await delivery.extendLease!(LEASE_MS * 3);
         const after = await claimRow(db, scope, key);
         seen = {
-          ...delivery,
-          inTransaction: delivery.manager.queryRunner?.isTransactionActive ?? false,
+          key: delivery.key,
+          scope: delivery.scope,
+          mode: delivery.mode,
+          attempt: delivery.attempt,
+          leaseToken: delivery.leaseToken,
+          extendLease: delivery.extendLease,
+          // External mode holds no claim transaction: no manager to write through by mistake.
+          manager: (() => {
+            try {
+              return delivery.manager;
+            } catch (error) {
+              return (error as Error).message;
+            }
+          })(),
           claimed,
           extended,
           moved: after!.lease_expires_at! > claimed!.lease_expires_at!,
@@ -179,7 +198,7 @@ describe('IdempotencyService.run', () => {
         attempt: 1,
         leaseToken: expect.stringMatching(/^[0-9a-f-]{36}$/),
         extendLease: expect.any(Function),
-        inTransaction: false,
+        manager: `${scope} runs in external mode, which holds no claim transaction: there is no manager whose writes commit with the claim. Write through your own repository or DataSource (autocommitted, not fenced: keep such writes idempotent on their own), or use transaction mode for database work.`,
         claimed: { status: 'in_progress', attempts: 1 },
         extended: true,
         moved: true,
@@ -394,7 +413,14 @@ describe('IdempotencyService.run', () => {
       reclaimed: 1,
     });
     expect(claims['svc.metrics-external']).toEqual(claims['FixtureController.external']);
-    expect(claims['FixtureController.order']).toEqual({ claimed: 3, replayed: 1, in_flight: 1, failed: 1 });
+    // The delivery after the failure takes the failed claim back: reclaimed, as in external mode.
+    expect(claims['FixtureController.order']).toEqual({
+      claimed: 2,
+      reclaimed: 1,
+      replayed: 1,
+      in_flight: 1,
+      failed: 1,
+    });
     expect(claims['svc.metrics-transaction']).toEqual(claims['FixtureController.order']);
   });
 });

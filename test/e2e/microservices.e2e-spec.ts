@@ -337,7 +337,7 @@ describe.each(TRANSPORTS)('@IdempotentWebhook on microservice handlers (%s)', (t
       expect(await send(order, { id })).toEqual({ values: [{ processed: id, amount: 1 }] });
       expect(await send(order, { id })).toEqual(REPLAYED);
       expect(fixture.callsFor('message', id)).toBe(2);
-      expect(outcomesOf(id)).toEqual(['failed', 'claimed', 'replayed']);
+      expect(outcomesOf(id)).toEqual(['failed', 'reclaimed', 'replayed']);
       expect(await orders(id)).toBe(1);
       expect(await claimStatus(id)).toEqual(['done']);
     });
@@ -356,7 +356,7 @@ describe.each(TRANSPORTS)('@IdempotentWebhook on microservice handlers (%s)', (t
       // TCP and Redis never redeliver an event: the test plays the sender that does.
       await emit({ id });
       await waitUntil(() => outcomesOf(id).length === 2, `the outcome of the re-emitted ${id}`);
-      expect(outcomesOf(id)).toEqual(['failed', 'claimed']);
+      expect(outcomesOf(id)).toEqual(['failed', 'reclaimed']);
       expect(fixture.callsFor('event', id)).toBe(2);
       expect(await orders(id)).toBe(1);
       expect(await claimStatus(id)).toEqual(['done']);

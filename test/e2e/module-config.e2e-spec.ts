@@ -5,6 +5,7 @@ import request from 'supertest';
 import type { IdempotencyModuleOptions } from '../../lib/index.js';
 import { ADAPTERS, startApp, type RunningApp } from '../support/app.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
+import { statementNames } from '../support/claim-sql.js';
 import { parkDelivery } from '../support/parked-delivery.js';
 import { WebhookFixtureModule } from '../fixtures/webhook-fixture.module.js';
 import {
@@ -93,24 +94,8 @@ describe.each(ADAPTERS)('preparedStatements (%s)', (adapter) => {
 
   // One pooled connection, so the statements it has prepared are the ones the claims sent.
   it.each<[boolean | 'auto', string[]]>([
-    [
-      true,
-      [
-        'idempotency_claim_state',
-        'idempotency_lease_claim',
-        'idempotency_lease_complete',
-        'idempotency_transaction_claim',
-      ],
-    ],
-    [
-      'auto',
-      [
-        'idempotency_claim_state',
-        'idempotency_lease_claim',
-        'idempotency_lease_complete',
-        'idempotency_transaction_claim',
-      ],
-    ],
+    [true, statementNames('claimState', 'leaseClaim', 'leaseComplete', 'transactionClaim')],
+    ['auto', statementNames('claimState', 'leaseClaim', 'leaseComplete', 'transactionClaim')],
     [false, []],
   ])('%s: both modes claim, replay and prepare exactly %j', async (preparedStatements, prepared) => {
     const running = await startApp(adapter, [

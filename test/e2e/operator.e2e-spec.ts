@@ -7,7 +7,6 @@ import {
   ExpiredLeaseReporter,
   IdempotencyClaims,
   IdempotencyMetrics,
-  IdempotencyService,
   type ClaimListOptions,
   type ClaimOutcomeEvent,
   type ClaimRecord,
@@ -73,11 +72,10 @@ describe('IdempotencyClaims', () => {
   });
 
   const claims = () => running.app.get(IdempotencyClaims);
-  const service = () => running.app.get(IdempotencyService);
   const deliver = (scope: string, key: string, behaviour?: { fail?: boolean }) =>
-    runDelivery(service(), scope, key, behaviour);
+    runDelivery(running.app, scope, key, behaviour);
   const park = async (scope: string, key: string) => {
-    const run = await parkRun(service(), scope, key);
+    const run = await parkRun(running.app, scope, key);
     parked.push(run);
     return run;
   };
@@ -249,7 +247,7 @@ describe('IdempotencyClaims', () => {
   it("a released lease stays released while its holder's heartbeat runs", async () => {
     const scope = 'Ops.release-heartbeat';
     const leaseMs = 600;
-    const holder = await parkRun(service(), scope, 'beating', { leaseMs, heartbeat: true });
+    const holder = await parkRun(running.app, scope, 'beating', { leaseMs, heartbeat: true });
     parked.push(holder);
     // The heartbeat renews the lease every 200 ms: it is still live after its first lease ran out.
     const first = (await claimRow(db, scope, 'beating'))!.lease_expires_at!;
@@ -423,7 +421,7 @@ describe('ExpiredLeaseReporter.run({ force: true })', () => {
 
   it('reports a tick another replica already took', async () => {
     const scope = 'Ops.report';
-    const holder = await parkRun(running.app.get(IdempotencyService), scope, 'dead');
+    const holder = await parkRun(running.app, scope, 'dead');
     try {
       expect(await expireLease(running.app.get(DataSource), scope, 'dead')).toBe(true);
       // Another replica took this tick and the next (the run could fall on a boundary).

@@ -1,4 +1,6 @@
-import type { IdempotencyService, IdempotentRunResult } from '../../lib/index.js';
+import type { INestApplicationContext } from '@nestjs/common';
+import { DataSource } from 'typeorm';
+import { IdempotencyService, type IdempotentRunResult } from '../../lib/index.js';
 
 /** A delivery's effect: one `downstream_calls` row with the attempt that made it. */
 const EFFECT = 'INSERT INTO downstream_calls (event_id, attempt) VALUES ($1, $2)';
@@ -22,24 +24,25 @@ const claimOptions = (scope: string, key: string, behaviour: RunBehaviour) => ({
 });
 
 /**
- * One external-mode delivery of `key` under `scope` through IdempotencyService.run, any scope the
- * test likes: its effect is one `downstream_calls` row (see `downstreamCalls`). Resolves with the
- * attempt that ran, or `replayed`.
+ * One external-mode delivery of `key` under `scope` through the app's IdempotencyService.run, any
+ * scope the test likes: its effect is one `downstream_calls` row, autocommitted through the app's
+ * DataSource as an external call would be (see `downstreamCalls`). Resolves with the attempt that
+ * ran, or `replayed`.
  */
 export async function runDelivery(
-  service: IdempotencyService,
+  app: INestApplicationContext,
   scope: string,
   key: string,
   behaviour: RunBehaviour = {},
 ): Promise<number | 'replayed'> {
-  const result: IdempotentRunResult<number> = await service.run(
-    claimOptions(scope, key, behaviour),
-    async ({ manager, attempt }) => {
+  const dataSource = app.get(DataSource);
+  const result: IdempotentRunResult<number> = await app
+    .get(IdempotencyService)
+    .run(claimOptions(scope, key, behaviour), async ({ attempt }) => {
       if (behaviour.fail) throw new Error(`${key} failed on purpose`);
-      await manager.query(EFFECT, [key, attempt]);
+      await dataSource.query(EFFECT, [key, attempt]);
       return attempt!;
-    },
-  );
+    });
   return result.status === 'processed' ? result.value : 'replayed';
 }
 
@@ -52,21 +55,23 @@ export interface ParkedRun {
 
 /** Starts a delivery like `runDelivery` that parks after its claim; resolves once it holds the claim. */
 export async function parkRun(
-  service: IdempotencyService,
+  app: INestApplicationContext,
   scope: string,
   key: string,
   behaviour: RunBehaviour = {},
 ): Promise<ParkedRun> {
+  const dataSource = app.get(DataSource);
   let open!: () => void;
   const gate = new Promise<void>((resolve) => (open = resolve));
   let claimed!: () => void;
   const arrived = new Promise<void>((resolve) => (claimed = resolve));
-  const result = service
-    .run(claimOptions(scope, key, behaviour), async ({ manager, attempt }) => {
+  const result = app
+    .get(IdempotencyService)
+    .run(claimOptions(scope, key, behaviour), async ({ attempt }) => {
       claimed();
       await gate;
       if (behaviour.fail) throw new Error(`${key} failed on purpose`);
-      await manager.query(EFFECT, [key, attempt]);
+      await dataSource.query(EFFECT, [key, attempt]);
       return attempt!;
     })
     .then(

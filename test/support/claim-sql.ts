@@ -12,3 +12,8 @@ export const maintenanceSql = (retentionBatchSize: number = DEFAULTS.retentionBa
 
 /** The default table's SQL-level PREPARE of the transaction claim. */
 export const PREPARE_TRANSACTION_CLAIM = prepareTransactionClaimSql(CLAIM_SQL);
+
+/** The prepared names of the given statements of the default table, sorted as pg_prepared_statements lists them. */
+export function statementNames(...roles: (keyof Omit<typeof CLAIM_SQL, 'table'>)[]): string[] {
+  return roles.map((role) => CLAIM_SQL[role].name).sort();
+}

@@ -29,6 +29,7 @@ describe('resolveClaimSpec', () => {
       mode: 'transaction',
       leaseMs: undefined,
       heartbeat: false,
+      propagation: 'required',
     });
   });
 
@@ -90,6 +91,25 @@ describe('resolveClaimSpec', () => {
   });
 
   it.each([
+    ['a name in the wrong case', 'requiresnew', 'requiresnew'],
+    ['a mode nestjs-cls has and claims do not', 'nested', 'nested'],
+    ['a number', 1, '1'],
+    ['null', null, 'null'],
+  ])('refuses propagation as %s, listing the values', (_what, propagation, shown) => {
+    expectRefused(
+      loose({ propagation }),
+      `${WHERE} propagation must be one of 'required', 'requiresNew', 'mandatory', 'never', got ${shown}`,
+    );
+  });
+
+  it.each(['required', 'requiresNew', 'mandatory', 'never'] as const)(
+    'keeps propagation %s',
+    (propagation) => {
+      expect(resolveClaimSpec(WHERE, { propagation }, DEFAULT_SCOPE).propagation).toBe(propagation);
+    },
+  );
+
+  it.each([
     ['an empty scope', { scope: '' }, 'scope must be a non-empty string'],
     ['a scope that is not a string', { scope: 42 }, 'scope must be a non-empty string'],
     ['an empty source', { source: '' }, 'source must be a non-empty string'],
@@ -107,6 +127,7 @@ describe('resolveClaimSpec', () => {
       mode: 'external',
       leaseMs: 2_000,
       heartbeat: true,
+      propagation: 'required',
     });
     // A fraction of a millisecond is a valid lease: the SQL multiplies a double precision.
     expect(resolveClaimSpec(WHERE, { external: true, leaseMs: 0.5 }, DEFAULT_SCOPE).leaseMs).toBe(0.5);

@@ -129,6 +129,7 @@ describe('isConnectionError', () => {
     ['08003', 'connection does not exist', 'ERROR'],
     ['53300', 'sorry, too many clients already', 'FATAL'],
     ['25P03', 'terminating connection due to idle-in-transaction timeout', 'FATAL'],
+    ['25006', 'cannot execute UPDATE in a read-only transaction', 'ERROR'],
   ])(
     'is true for SQLSTATE %s (%s), bare, in a QueryFailedError and as a cause',
     async (code, message, severity) => {
