@@ -475,7 +475,7 @@ describe('fault: failover to a promoted standby', () => {
           expect(answer).toEqual({ status: 200, replayed: true });
       }
       console.log(
-        `failover to an asynchronous standby ${BATCH} events per mode behind: transaction mode lost ` +
+        `failover to an asynchronous standby, ${BATCH} events per mode behind: transaction mode lost ` +
           `${BATCH} acknowledged orders (back once redelivered, 1 row each); external mode lost ${BATCH} ` +
           `dones, and their redeliveries made ${BATCH} second downstream calls`,
       );
