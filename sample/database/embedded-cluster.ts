@@ -82,8 +82,16 @@ const KEPT_LOG_LINES = 20;
 const SERVER_ACCOUNT = 'postgres';
 /** Written last into a cached copy of the binaries: a directory without it is not one of ours. */
 const COPY_MARKER = '.copied-from';
-/** The line postgres writes once it accepts connections (messages are forced to English). */
-const READY_LINE = 'database system is ready to accept connections';
+/**
+ * The lines postgres writes once it accepts connections (messages are forced to English): a
+ * primary's, and a hot standby's (read-only until it is promoted).
+ */
+const READY_LINES = [
+  'database system is ready to accept connections',
+  'database system is ready to accept read-only connections',
+];
+/** How much of the output before a chunk to look at with it: a line may arrive in two chunks. */
+const READY_TAIL = Math.max(...READY_LINES.map((line) => line.length));
 /** Messages in English whatever the machine's locale: readiness is read from them. */
 const MESSAGES_LOCALE = 'C';
 
@@ -183,8 +191,8 @@ export class EmbeddedCluster {
           this.log(text, kept);
           if (ready) return;
           // A line may arrive in two chunks: look at the end of what came before, too.
-          output = output.slice(-READY_LINE.length) + text;
-          if (output.includes(READY_LINE)) {
+          output = output.slice(-READY_TAIL) + text;
+          if (READY_LINES.some((line) => output.includes(line))) {
             ready = true;
             clearTimeout(timer);
             done();
@@ -211,12 +219,19 @@ export class EmbeddedCluster {
     }
   }
 
-  /** Fast shutdown (SIGINT), bounded: killed if it has not exited within STOP_TIMEOUT_MS. Nothing if not running. */
-  async stop(): Promise<void> {
+  /**
+   * Stops the server, bounded: killed if it has not exited within STOP_TIMEOUT_MS. Nothing if not
+   * running. `'fast'` (SIGINT) rolls back open transactions and writes a shutdown checkpoint;
+   * `'immediate'` (SIGQUIT, as `pg_ctl stop -m immediate`) ends every process at once without
+   * one, as a crash does: the next start recovers from the WAL, and a standby sees its primary
+   * vanish mid-stream.
+   * @default 'fast'
+   */
+  async stop(mode: 'fast' | 'immediate' = 'fast'): Promise<void> {
     const child = this.server;
     if (!child?.pid || child.exitCode !== null || child.signalCode !== null) return;
     const exited = new Promise<void>((done) => child.once('exit', () => done()));
-    child.kill('SIGINT');
+    child.kill(mode === 'fast' ? 'SIGINT' : 'SIGQUIT');
     let timer: NodeJS.Timeout | undefined;
     const late = new Promise<'late'>((done) => (timer = setTimeout(() => done('late'), STOP_TIMEOUT_MS)));
     if ((await Promise.race([exited, late])) === 'late') {
@@ -224,6 +239,22 @@ export class EmbeddedCluster {
       await exited;
     }
     clearTimeout(timer);
+  }
+
+  /**
+   * Promotes a running standby (started with `standby.signal` in its data directory) to a primary
+   * with `pg_ctl promote`, and resolves once it accepts writes. Rejects with pg_ctl's output when
+   * it is not a standby, or not running.
+   */
+  async promote(): Promise<void> {
+    const { account, binDir } = await this.prepare();
+    await this.run(join(binDir, executable('pg_ctl')), account, [
+      'promote',
+      `--pgdata=${this.options.dataDir}`,
+      // pg_ctl waits until the server has left recovery, within the same bound as a start.
+      '--wait',
+      `--timeout=${READY_TIMEOUT_MS / 1000}`,
+    ]);
   }
 
   /** The account and binaries, worked out once per cluster. */
@@ -240,7 +271,7 @@ export class EmbeddedCluster {
     return this.runtime;
   }
 
-  /** Runs a one-shot program (initdb) as the account, bounded in time, failing with its output. */
+  /** Runs a one-shot program (initdb, pg_ctl) as the account, bounded in time, failing with its output. */
   private run(program: string, account: ServerAccount | undefined, args: string[]): Promise<void> {
     const kept: string[] = [];
     return new Promise<void>((done, fail) => {
