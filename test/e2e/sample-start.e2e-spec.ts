@@ -1,7 +1,7 @@
 import { spawn } from 'node:child_process';
 import { appendFile, readdir, readFile, stat } from 'node:fs/promises';
 import { join } from 'node:path';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
+import { afterAll, afterEach, beforeAll, describe, expect, it, jest } from '@jest/globals';
 import { holdBuildLock } from '../support/build-lock-holder.js';
 import { copyCheckout, type CheckoutCopy } from '../support/checkout-copy.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
@@ -12,6 +12,9 @@ const ESM_BUILT = 'build: ESM (dist/lib, dist/sample, dist/test) built';
 const ESM_FRESH = 'build: ESM (dist/lib, dist/sample, dist/test) up to date';
 const CJS_BUILT = 'build: CommonJS (dist/cjs) built';
 const CJS_FRESH = 'build: CommonJS (dist/cjs) up to date';
+
+// Each test builds and boots the sample (twice at most): longer than the run's default.
+jest.setTimeout(240_000);
 
 /** Every file under `dir` with when it was last written: what a build that does nothing leaves alone. */
 async function writtenAt(dir: string): Promise<Record<string, number>> {
