@@ -1,6 +1,7 @@
 import { execFileSync } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { existsSync } from 'node:fs';
+import { rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from '@jest/globals';
@@ -19,14 +20,20 @@ const ADDRESSES = {
 
 describe.each(Object.keys(ADDRESSES) as (keyof typeof ADDRESSES)[])('build lock (%s)', (kind) => {
   const holders: BuildLockHolder[] = [];
+  const addresses = new Set<string>();
   const hold = (address: string) => {
     const holder = holdBuildLock(process.cwd(), address);
     holders.push(holder);
+    addresses.add(address);
     return holder;
   };
 
   afterEach(async () => {
     await Promise.all(holders.splice(0).map((holder) => holder.kill()));
+    // A holder killed here leaves its socket file behind.
+    const files = [...addresses].filter((address) => !address.startsWith('\0'));
+    addresses.clear();
+    await Promise.all(files.map((file) => rm(file, { force: true })));
   });
 
   it('lets one process at a time hold it: a second waits, told who holds it, and takes it on release', async () => {
