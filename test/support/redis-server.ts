@@ -3,6 +3,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { freePort } from './postgres-server.js';
+import { REDIS_SERVER, requireProgram } from './system-packages.js';
 
 /** A running Redis server on loopback, for the BullMQ and microservice tests. */
 export interface RedisServer {
@@ -18,7 +19,7 @@ const READY_TIMEOUT_MS = 10_000;
 /**
  * Starts Debian's `redis-server` on a free loopback port, with no persistence and its files in a
  * temporary directory, or reuses `REDIS_URL`. Fails in seconds, naming the fix, when the binary is
- * missing (`.ci/run` installs it) or the server does not come up.
+ * missing (global-setup.mjs installs it where it can) or the server does not come up.
  */
 export async function startRedis(): Promise<RedisServer> {
   if (process.env.REDIS_URL) {
@@ -30,10 +31,11 @@ export async function startRedis(): Promise<RedisServer> {
       stop: async () => undefined,
     };
   }
+  const binary = requireProgram(REDIS_SERVER);
   const dir = await mkdtemp(join(tmpdir(), 'idempotency-redis-'));
   const port = await freePort();
   const child = spawn(
-    'redis-server',
+    binary,
     ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir],
     { stdio: ['ignore', 'pipe', 'pipe'] },
   );
@@ -56,13 +58,9 @@ export async function startRedis(): Promise<RedisServer> {
         }
       });
       child.stderr.on('data', (chunk) => (output += chunk));
-      child.once('error', (error: NodeJS.ErrnoException) => {
+      child.once('error', (error) => {
         clearTimeout(timer);
-        fail(
-          error.code === 'ENOENT'
-            ? new Error('redis-server not found: install it (apt-get install redis-server) or set REDIS_URL')
-            : error,
-        );
+        fail(error);
       });
       child.once('exit', (code) => {
         clearTimeout(timer);
