@@ -10,8 +10,19 @@ import { z } from 'zod';
 /** PostgreSQL's `integer`, the type of `orders.amount`. */
 const INTEGER_MAX = 2_147_483_647;
 
+/**
+ * Text that PostgreSQL keeps as it was sent, in a column or inside a job's JSON: no NUL (text
+ * cannot hold one: the write would fail, a 500), and no lone UTF-16 surrogate (stored as U+FFFD
+ * in a column, a different id than was sent; refused inside JSON). `\p{Cs}` with the `u` flag
+ * matches only a surrogate that is not half of a pair.
+ */
+const storableText = z
+  .string()
+  .refine((text) => !text.includes('\u0000'), 'must not contain a NUL character')
+  .refine((text) => !/\p{Cs}/u.test(text), 'must not contain a lone UTF-16 surrogate');
+
 /** A Stripe object id (`pi_...`, `in_...`, `cs_...`), as the sample stores it: `varchar(255)`. */
-const objectId = z.string().min(1).max(255);
+const objectId = storableText.min(1).max(255);
 
 /**
  * What every event carries, of any type: its id (already checked as the claim's key) and its
@@ -43,8 +54,8 @@ export const checkoutSessionCompletedEvent = stripeEvent(
   'checkout.session.completed',
   z.object({
     id: objectId,
-    customer_details: z.object({ email: z.string().nullish() }).nullish(),
-    customer_email: z.string().nullish(),
+    customer_details: z.object({ email: storableText.nullish() }).nullish(),
+    customer_email: storableText.nullish(),
   }),
 );
 
