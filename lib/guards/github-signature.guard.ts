@@ -1,6 +1,7 @@
 import { Injectable } from '@nestjs/common';
 import { headerMalformed } from '../idempotency.messages.js';
 import type { SignedRequest } from './raw-body.js';
+import type { SignedBodyType } from './signed-body.js';
 import { requireBodyHmac, requireHeader, WebhookSignatureError } from './webhook-signature.error.js';
 import { WebhookSignatureGuard } from './webhook-signature.guard.js';
 
@@ -37,6 +38,8 @@ export function verifyGithubSignature(rawBody: Buffer, header: unknown, secrets:
 export class GithubSignatureGuard extends WebhookSignatureGuard {
   protected readonly option = 'github';
   protected readonly headers = [{ name: 'x-hub-signature-256', display: GITHUB_SIGNATURE_HEADER }];
+  // A GitHub webhook's settings offer a form body (`payload=<JSON>`) beside JSON.
+  protected override readonly signedBodies: readonly SignedBodyType[] = ['json', 'form'];
 
   protected verify(request: SignedRequest, rawBody: Buffer, secrets: readonly string[]): void {
     verifyGithubSignature(rawBody, request.headers['x-hub-signature-256'], secrets);

@@ -22,6 +22,16 @@ export class InvalidSignatureException extends UnauthorizedException {
   }
 }
 
+/**
+ * 400: the signature is valid, but the signed body is not an event the sender sends: empty, not
+ * JSON (the sender's SDK cannot parse it), or parsed by the platform as another content type.
+ */
+export class UnreadableBodyException extends BadRequestException {
+  constructor(readonly error: WebhookSignatureError) {
+    super(error.message, { cause: error, description: 'Bad Request' });
+  }
+}
+
 /** 400: the request's body is of a content type whose raw bytes Nest does not keep, so it cannot be verified. */
 export class UnverifiableBodyException extends BadRequestException {
   constructor(message: string) {

@@ -4,13 +4,15 @@ import { headerEmpty, headerMissing, headerRepeated, signatureMismatch } from '.
 /**
  * Why a delivery's signature was refused: `missing` or `malformed` headers are the sender's
  * request being wrong (400); `mismatch` (another secret, changed bytes) and `stale` (outside the
- * timestamp tolerance) are a refused signature (401).
+ * timestamp tolerance, either way) are a refused signature (401); `body` is a valid signature
+ * over a body that is not the sender's event (empty, not JSON, another content type): 400.
  */
-export type SignatureFailure = 'missing' | 'malformed' | 'mismatch' | 'stale';
+export type SignatureFailure = 'missing' | 'malformed' | 'mismatch' | 'stale' | 'body';
 
 /**
  * A refused webhook signature, transport-neutral: thrown by the pure verifiers, answered over HTTP
- * by the guards as `MalformedSignatureException` (400) or `InvalidSignatureException` (401).
+ * by the guards as `MalformedSignatureException` (400), `InvalidSignatureException` (401) or,
+ * for a `body` failure, `UnreadableBodyException` (400).
  * `header` is the header it is about, as the sender's documentation spells it.
  */
 export class WebhookSignatureError extends Error {

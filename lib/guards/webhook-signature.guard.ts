@@ -4,8 +4,13 @@ import { IDEMPOTENCY_CONFIG } from '../idempotency.constants.js';
 import { signatureGuardNotHttp, signatureSecretUnset } from '../idempotency.messages.js';
 import type { IdempotencyConfig, WebhookSignatureOptions } from '../interfaces/index.js';
 import { readRawBody, type SignedRequest } from './raw-body.js';
-import { InvalidSignatureException, MalformedSignatureException } from './signature-exceptions.js';
+import {
+  InvalidSignatureException,
+  MalformedSignatureException,
+  UnreadableBodyException,
+} from './signature-exceptions.js';
 import { secretsOf } from './signature-options.js';
+import { requireSignedBody, type SignedBodyType } from './signed-body.js';
 import { requireHeader, WebhookSignatureError } from './webhook-signature.error.js';
 
 /** A header a sender always sends: its lower-case name (as Express and Fastify give it) and its documented spelling. */
@@ -17,9 +22,10 @@ export interface SignatureHeader {
 /**
  * What the four signature guards share: the secret from the module's `signatures` option, the
  * sender's headers checked for presence first (400 naming the header), then the raw body, then
- * the sender's verification; a `WebhookSignatureError` becomes 400 (missing, malformed) or 401
- * (mismatch, stale). Guards run before interceptors, so a refused delivery writes no claim.
- * HTTP only: a microservice context is refused (the boot check already fails such a route).
+ * the sender's verification, then the signed body (400 when it is not the sender's event); a
+ * `WebhookSignatureError` becomes 400 (missing, malformed, body) or 401 (mismatch, stale).
+ * Guards run before interceptors, so a refused delivery writes no claim. HTTP only: a
+ * microservice context is refused (the boot check already fails such a route).
  */
 @Injectable()
 export abstract class WebhookSignatureGuard implements CanActivate {
@@ -27,6 +33,13 @@ export abstract class WebhookSignatureGuard implements CanActivate {
   protected abstract readonly option: keyof WebhookSignatureOptions;
   /** The headers every delivery of the sender carries; the first is the one the signature is in. */
   protected abstract readonly headers: readonly SignatureHeader[];
+  /**
+   * The kinds of body the sender signs. A verified delivery that is empty or was parsed as
+   * another kind is refused 400: the handler would get `{}` or a form's fields, not the event.
+   * `undefined` when `verify()` parses the signed bytes itself (the stripe SDK does).
+   * @default ['json']
+   */
+  protected readonly signedBodies: readonly SignedBodyType[] | undefined = ['json'];
 
   constructor(
     @Inject(IDEMPOTENCY_CONFIG) protected readonly config: IdempotencyConfig,
@@ -45,8 +58,10 @@ export abstract class WebhookSignatureGuard implements CanActivate {
       for (const { name, display } of this.headers) requireHeader(request.headers[name], display);
       const rawBody = readRawBody(request, this.headers[0].display, this.adapterHost.httpAdapter);
       await this.verify(request, rawBody, secrets);
+      if (this.signedBodies) requireSignedBody(request, rawBody, this.headers[0].display, this.signedBodies);
     } catch (error) {
       if (!(error instanceof WebhookSignatureError)) throw error;
+      if (error.failure === 'body') throw new UnreadableBodyException(error);
       throw error.failure === 'missing' || error.failure === 'malformed'
         ? new MalformedSignatureException(error)
         : new InvalidSignatureException(error);

@@ -1,7 +1,7 @@
 import { Injectable, Logger } from '@nestjs/common';
-import type Stripe from 'stripe';
 import { IdempotencyContext } from '../idempotency.js';
 import { FulfilmentClient } from './fulfilment.client.js';
+import type { FulfilmentEvent } from './stripe-events.schema.js';
 import { webhookAnswer, type WebhookAnswer } from './webhook-answer.js';
 
 /**
@@ -18,8 +18,9 @@ export class FulfilmentService {
     private readonly context: IdempotencyContext,
   ) {}
 
-  async apply(event: Stripe.Event): Promise<WebhookAnswer> {
-    if (event.type !== 'checkout.session.completed') return webhookAnswer(event, 'ignored');
+  /** Fulfils a validated `checkout.session.completed`; answers any other type `ignored`. */
+  async apply(event: FulfilmentEvent): Promise<WebhookAnswer> {
+    if ('ignored' in event) return webhookAnswer(event, 'ignored');
 
     const session = event.data.object;
     const attempt = this.context.attempt ?? 1;

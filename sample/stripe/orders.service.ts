@@ -1,8 +1,8 @@
 import { Injectable, Logger } from '@nestjs/common';
-import type Stripe from 'stripe';
 import type { EntityManager } from 'typeorm';
 import { Invoice } from './entities/invoice.entity.js';
 import { Order } from './entities/order.entity.js';
+import type { InvoicePaidEvent, OrdersEvent, PaymentIntentSucceededEvent } from './stripe-events.schema.js';
 import { webhookAnswer, type WebhookAnswer } from './webhook-answer.js';
 
 /**
@@ -13,20 +13,19 @@ import { webhookAnswer, type WebhookAnswer } from './webhook-answer.js';
 export class OrdersService {
   private readonly logger = new Logger(OrdersService.name);
 
-  /** Applies one verified event through `manager`, the claim's transaction. */
-  async apply(event: Stripe.Event, manager: EntityManager): Promise<WebhookAnswer> {
+  /** Applies one verified and validated event through `manager`, the claim's transaction. */
+  async apply(event: OrdersEvent, manager: EntityManager): Promise<WebhookAnswer> {
+    // Claimed all the same: a redelivery is answered as a replay without calling this again.
+    if ('ignored' in event) return webhookAnswer(event, 'ignored');
     switch (event.type) {
       case 'payment_intent.succeeded':
         return webhookAnswer(event, await this.createOrder(event, manager));
       case 'invoice.paid':
         return webhookAnswer(event, await this.markInvoicePaid(event, manager));
-      default:
-        // Claimed all the same: a redelivery is answered as a replay without calling this again.
-        return webhookAnswer(event, 'ignored');
     }
   }
 
-  private async createOrder(event: Stripe.PaymentIntentSucceededEvent, manager: EntityManager) {
+  private async createOrder(event: PaymentIntentSucceededEvent, manager: EntityManager) {
     const intent = event.data.object;
     // ON CONFLICT DO NOTHING on the unique event id: should the claims table ever be emptied,
     // a redelivery is still one order, not a 500 the sender would retry for days.
@@ -50,7 +49,7 @@ export class OrdersService {
   }
 
   /** The seed's conditional update: `UPDATE invoices SET status = 'paid' WHERE id = $1 AND status = 'pending'`. */
-  private async markInvoicePaid(event: Stripe.InvoicePaidEvent, manager: EntityManager) {
+  private async markInvoicePaid(event: InvoicePaidEvent, manager: EntityManager) {
     const invoice = event.data.object;
     const result = await manager
       .createQueryBuilder()

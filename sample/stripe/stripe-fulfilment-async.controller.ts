@@ -1,5 +1,4 @@
 import { Body, Controller, Post, UseGuards } from '@nestjs/common';
-import type Stripe from 'stripe';
 import {
   IdempotencyContext,
   IdempotentWebhook,
@@ -7,6 +6,8 @@ import {
   StripeSignatureGuard,
 } from '../idempotency.js';
 import type { FulfilmentRequest } from './fulfilment.client.js';
+import { StripeEventPipe } from './stripe-event.pipe.js';
+import { FULFILMENT_EVENTS, type FulfilmentEvent } from './stripe-events.schema.js';
 import { FULFILMENT_QUEUE, STRIPE_SCOPES, STRIPE_SOURCE } from './stripe-scopes.js';
 import { webhookAnswer, type WebhookAnswer } from './webhook-answer.js';
 
@@ -15,7 +16,9 @@ import { webhookAnswer, type WebhookAnswer } from './webhook-answer.js';
  * signature check and key (`event.id`) as the fulfilment endpoint, but transaction mode: the claim
  * and the fulfilment job commit in one transaction, and Stripe gets its 200 right after that
  * COMMIT, in milliseconds. FulfilmentWorker then calls the fulfilment API. A crash before the
- * COMMIT leaves neither claim nor job (Stripe retries); after it, the job is there.
+ * COMMIT leaves neither claim nor job (Stripe retries); after it, the job is there. A
+ * `checkout.session.completed` without the fields the job needs (StripeEventPipe) is answered 400
+ * naming the field; the claim rolls back, and no job is queued.
  */
 @Controller('webhooks/stripe')
 @UseGuards(StripeSignatureGuard)
@@ -24,8 +27,8 @@ export class StripeFulfilmentAsyncController {
 
   @Post('fulfilment-async')
   @IdempotentWebhook({ key: stripeEventKey, scope: STRIPE_SCOPES.fulfilmentAsync, source: STRIPE_SOURCE })
-  async handle(@Body() event: Stripe.Event): Promise<WebhookAnswer> {
-    if (event.type !== 'checkout.session.completed') return webhookAnswer(event, 'ignored');
+  async handle(@Body(new StripeEventPipe(FULFILMENT_EVENTS)) event: FulfilmentEvent): Promise<WebhookAnswer> {
+    if ('ignored' in event) return webhookAnswer(event, 'ignored');
     const session = event.data.object;
     const request: FulfilmentRequest = {
       eventId: event.id,

@@ -1,7 +1,8 @@
 import { Body, Controller, Post, UseGuards } from '@nestjs/common';
-import type Stripe from 'stripe';
 import { IdempotentWebhook, stripeEventKey, StripeSignatureGuard } from '../idempotency.js';
 import { FulfilmentService } from './fulfilment.service.js';
+import { StripeEventPipe } from './stripe-event.pipe.js';
+import { FULFILMENT_EVENTS, type FulfilmentEvent } from './stripe-events.schema.js';
 import { STRIPE_SCOPES, STRIPE_SOURCE } from './stripe-scopes.js';
 import type { WebhookAnswer } from './webhook-answer.js';
 
@@ -9,7 +10,9 @@ import type { WebhookAnswer } from './webhook-answer.js';
  * `POST /webhooks/stripe/fulfilment`, external mode: the claim is a lease on `event.id`. While it
  * is held, a duplicate is answered 409 with Retry-After (never 200 for unfinished work); if the
  * handler fails the lease is released at once; if the process dies the lease expires
- * (IDEMPOTENCY_LEASE_MS), the reporter logs it, and the next delivery runs the handler again.
+ * (IDEMPOTENCY_LEASE_MS), the reporter logs it, and the next delivery runs the handler again. A
+ * `checkout.session.completed` without the fields the API call needs (StripeEventPipe) is answered
+ * 400 naming the field, before the call.
  */
 @Controller('webhooks/stripe')
 @UseGuards(StripeSignatureGuard)
@@ -23,7 +26,7 @@ export class StripeFulfilmentController {
     source: STRIPE_SOURCE,
     external: true,
   })
-  handle(@Body() event: Stripe.Event): Promise<WebhookAnswer> {
+  handle(@Body(new StripeEventPipe(FULFILMENT_EVENTS)) event: FulfilmentEvent): Promise<WebhookAnswer> {
     return this.fulfilment.apply(event);
   }
 }

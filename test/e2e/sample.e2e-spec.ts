@@ -1,5 +1,12 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { MIGRATION_LOCK_ID } from '../../sample/database/run-migrations.js';
+import {
+  ACTS_ON,
+  deepArray,
+  MALFORMED_EVENTS,
+  refusalPrefix,
+  refusedBy,
+} from '../fixtures/bad-input-sample.fixture.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import { pgBouncerPerFile, routeUrl, ROUTES } from '../support/database-routes.js';
 import { startPgBouncer, type PgBouncer } from '../support/pgbouncer.js';
@@ -16,6 +23,7 @@ import {
   checkoutSessionCompleted,
   deliver,
   FULFILMENT,
+  FULFILMENT_ASYNC,
   invoicePaid,
   ORDERS,
   payloadOf,
@@ -190,6 +198,35 @@ describe.each(ROUTES)('Stripe sample: answers (%s)', (route) => {
       401,
       /^Stripe-Signature is \d+ s old, more than the tolerance of 300 s/,
     ],
+    [
+      'signature dated an hour in the future',
+      paymentIntentSucceeded('evt_bad_future'),
+      { timestamp: Math.floor(Date.now() / 1000) + 3_600 },
+      401,
+      /^Stripe-Signature is \d+ s in the future, more than the tolerance of 300 s: check the server's clock$/,
+    ],
+    [
+      'correctly signed empty body',
+      '',
+      {},
+      400,
+      /^Stripe-Signature is valid, but the signed body is empty; a delivery carries its event as JSON$/,
+    ],
+    [
+      'correctly signed form body',
+      'id=evt_bad_form&type=payment_intent.succeeded',
+      { contentType: 'application/x-www-form-urlencoded' },
+      400,
+      /^Stripe-Signature is valid, but the signed body is not JSON \(Unexpected token 'i', .*\); a delivery carries its event as UTF-8 JSON$/,
+    ],
+    [
+      'correctly signed UTF-16 body',
+      // UTF-16LE of ASCII without a byte order mark is valid UTF-8, NULs and all: the SDK verifies it.
+      Buffer.from(JSON.stringify(paymentIntentSucceeded('evt_bad_utf16')), 'utf16le').toString('utf8'),
+      { contentType: 'application/json; charset=utf-16le' },
+      400,
+      /^Stripe-Signature is valid, but the signed body is not JSON \(.*\); a delivery carries its event as UTF-8 JSON$/,
+    ],
     ['body not JSON', '{"id": "evt_bad_json", ', {}, 400, /JSON/],
     [
       'body not JSON (text/plain)',
@@ -222,10 +259,10 @@ describe.each(ROUTES)('Stripe sample: answers (%s)', (route) => {
   ];
 
   it.each(badDeliveries)(
-    '%s: refused on both endpoints, nothing written',
+    '%s: refused on every endpoint, nothing written',
     async (_case, body, options, status, why) => {
       const before = await footprint();
-      for (const path of [ORDERS, FULFILMENT]) {
+      for (const path of [ORDERS, FULFILMENT, FULFILMENT_ASYNC]) {
         const answer = await deliver(sample.url, path, body, options);
         expect({ path, status: answer.status }).toEqual({ path, status });
         expect(answer.body.message).toMatch(why);
@@ -235,19 +272,103 @@ describe.each(ROUTES)('Stripe sample: answers (%s)', (route) => {
   );
 
   it('handler failed (orders): 500, the claim rolls back with the order, so a redelivery runs again', async () => {
-    // Too long for varchar(3): the insert fails inside the claim's transaction.
-    const event = paymentIntentSucceeded('evt_orders_fail', { currency: 'euros' });
-    for (let delivery = 0; delivery < 2; delivery++) {
-      const answer = await deliver(sample.url, ORDERS, event);
-      // Never 200-replayed: nothing was marked done.
-      expect(answer.status).toBe(500);
-      expect(answer.headers['idempotent-replayed']).toBeUndefined();
-      // The order and the claim rolled back; the failure is recorded outside the transaction.
-      expect(await claimRows('evt_orders_fail')).toEqual([
-        { scope: 'stripe.orders', status: 'failed', attempts: delivery + 1 },
-      ]);
-      expect(await orders('evt_orders_fail')).toBe(0);
+    // A valid event whose insert the database refuses inside the claim's transaction (here a
+    // constraint the event's schema knows nothing of, as a trigger or a foreign key would be).
+    const event = paymentIntentSucceeded('evt_orders_fail');
+    await db.pool.query(
+      `ALTER TABLE orders ADD CONSTRAINT refuse_evt_orders_fail CHECK (payment_intent_id <> 'pi_evt_orders_fail')`,
+    );
+    try {
+      for (let delivery = 0; delivery < 2; delivery++) {
+        const answer = await deliver(sample.url, ORDERS, event);
+        // Never 200-replayed: nothing was marked done.
+        expect(answer.status).toBe(500);
+        expect(answer.headers['idempotent-replayed']).toBeUndefined();
+        // The order and the claim rolled back; the failure is recorded outside the transaction.
+        expect(await claimRows('evt_orders_fail')).toEqual([
+          { scope: 'stripe.orders', status: 'failed', attempts: delivery + 1 },
+        ]);
+        expect(await orders('evt_orders_fail')).toBe(0);
+      }
+    } finally {
+      await db.pool.query('ALTER TABLE orders DROP CONSTRAINT refuse_evt_orders_fail');
     }
+  });
+
+  /** The fulfilment jobs queued for event `id` by the async endpoint. */
+  const jobs = (id: string) =>
+    db.count(
+      `SELECT count(*) FROM pgboss.job WHERE name = 'stripe-fulfilment' AND data->'event'->>'key' = $1`,
+      [id],
+    );
+
+  let malformed = 0;
+  it.each(MALFORMED_EVENTS.map((event) => [event.name, event] as const))(
+    'malformed event (%s): 400 naming the field on the endpoints that act on its type, no claim row, nothing written; 200 ignored on the others',
+    async (_name, event) => {
+      /** The claim rows each refusal left, checked last: every other check runs whatever they are. */
+      const refusedClaims: { path: string; rows: unknown[] }[] = [];
+      for (const path of Object.keys(ACTS_ON)) {
+        const id = `evt_malformed_${++malformed}`;
+        const answer = await deliver(sample.url, path, event.payload(id));
+        const rows = await claimRows(id);
+        if (refusedBy(event, path)) {
+          expect({ path, status: answer.status }).toEqual({ path, status: 400 });
+          expect(String(answer.body.message).startsWith(refusalPrefix(event))).toBe(true);
+          expect(answer.body.issues[0].path).toBe(event.path);
+          refusedClaims.push({ path, rows });
+        } else {
+          expect({ path, status: answer.status, effect: answer.body.effect }).toEqual({
+            path,
+            status: 200,
+            effect: 'ignored',
+          });
+          expect(rows).toHaveLength(1);
+        }
+        expect({
+          path,
+          orders: await orders(id),
+          calls: api.callsFor(id).length,
+          jobs: await jobs(id),
+        }).toEqual({ path, orders: 0, calls: 0, jobs: 0 });
+      }
+      // In transaction mode the refusal rolls the claim back; in external mode the library
+      // removes the claim of a handler that answered 4xx, so neither leaves a row.
+      expect(refusedClaims).toEqual(refusedClaims.map(({ path }) => ({ path, rows: [] })));
+    },
+  );
+
+  it('a 40,000-deep field the sample does not read is no obstacle: the order is made once', async () => {
+    const payload = JSON.stringify(
+      paymentIntentSucceeded('evt_deep_metadata', { metadata: '__DEEP__' }),
+    ).replace('"__DEEP__"', deepArray());
+    const answer = await deliver(sample.url, ORDERS, payload);
+    expect({ status: answer.status, effect: answer.body.effect }).toEqual({
+      status: 200,
+      effect: 'order_created',
+    });
+    expect(await orders('evt_deep_metadata')).toBe(1);
+    expect(await claimRows('evt_deep_metadata')).toEqual([
+      { scope: 'stripe.orders', status: 'done', attempts: 1 },
+    ]);
+  });
+
+  it('a corrected redelivery of a refused event is processed, once', async () => {
+    const refused = await deliver(
+      sample.url,
+      ORDERS,
+      JSON.stringify(paymentIntentSucceeded('evt_corrected', { amount_received: 'abc' })),
+    );
+    expect(refused.status).toBe(400);
+    const corrected = await deliver(sample.url, ORDERS, paymentIntentSucceeded('evt_corrected'));
+    expect({ status: corrected.status, effect: corrected.body.effect }).toEqual({
+      status: 200,
+      effect: 'order_created',
+    });
+    expect(await orders('evt_corrected')).toBe(1);
+    expect(await claimRows('evt_corrected')).toEqual([
+      { scope: 'stripe.orders', status: 'done', attempts: 1 },
+    ]);
   });
 
   it('handler failed (fulfilment API non-2xx, then network error): 502, lease released, retried with the same Idempotency-Key', async () => {

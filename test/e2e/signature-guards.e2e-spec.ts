@@ -16,6 +16,7 @@ import {
   signatureGuardsRefused,
   signatureSecretMissing,
 } from '../../lib/idempotency.messages.js';
+import { signedBodyEmpty, signedBodyNotJson, signedBodyWrongType } from '../../lib/guards/signed-body.js';
 import {
   GithubWebhookController,
   SignatureGuardsFixtureModule,
@@ -87,7 +88,10 @@ interface Sender {
   timestamped: boolean;
   /** The key the app claims for delivery `id` (Stripe's is the event id in the body). */
   keyOf(id: string): string;
-  deliver(url: string, id: string, signing?: Signing): Promise<Response>;
+  /** The JSON body the sender sends for delivery `id`. */
+  payloadOf(id: string): string;
+  /** The sender's headers for delivery `id` carrying `payload`, signed as `signing` says. */
+  headersOf(id: string, payload: string, signing?: Signing): Record<string, string>;
 }
 
 const nowSeconds = () => Math.floor(Date.now() / 1000);
@@ -99,6 +103,12 @@ function post(url: string, path: string, payload: string, headers: Record<string
     .send(payload);
 }
 
+/** Delivery `id` as `sender` sends it, signed as `signing` says. */
+function deliver(sender: Sender, url: string, id: string, signing: Signing = {}): Promise<Response> {
+  const payload = sender.payloadOf(id);
+  return post(url, sender.path, payload, sender.headersOf(id, payload, signing));
+}
+
 const SENDERS: Sender[] = [
   {
     name: 'stripe',
@@ -106,12 +116,12 @@ const SENDERS: Sender[] = [
     header: 'Stripe-Signature',
     timestamped: true,
     keyOf: (id) => `evt_${id}`,
-    deliver(url, id, signing = {}) {
-      const payload = JSON.stringify({ id: `evt_${id}`, object: 'event', type: 'payment_intent.succeeded' });
+    payloadOf: (id) => JSON.stringify({ id: `evt_${id}`, object: 'event', type: 'payment_intent.succeeded' }),
+    headersOf(_id, payload, signing = {}): Record<string, string> {
       const secret = signing.secret ?? SECRETS.stripe[0];
       const signature =
         signing.signature ?? stripeSignature(payload, secret, nowSeconds() - (signing.age ?? 0));
-      return post(url, this.path, payload, signing.unsigned ? {} : { 'Stripe-Signature': signature });
+      return signing.unsigned ? {} : { 'Stripe-Signature': signature };
     },
   },
   {
@@ -120,14 +130,14 @@ const SENDERS: Sender[] = [
     header: 'X-Hub-Signature-256',
     timestamped: false,
     keyOf: (id) => id,
-    deliver(url, id, signing = {}) {
-      const payload = JSON.stringify({ action: 'completed', delivery: id });
+    payloadOf: (id) => JSON.stringify({ action: 'completed', delivery: id }),
+    headersOf(id, payload, signing = {}) {
       const signature = signing.signature ?? githubSignature(payload, signing.secret ?? SECRETS.github[0]);
-      return post(url, this.path, payload, {
+      return {
         ...(signing.noDeliveryId ? {} : { 'X-GitHub-Delivery': id }),
         'X-GitHub-Event': 'check_run',
         ...(signing.unsigned ? {} : { 'X-Hub-Signature-256': signature }),
-      });
+      };
     },
   },
   {
@@ -136,18 +146,13 @@ const SENDERS: Sender[] = [
     header: 'webhook-signature',
     timestamped: true,
     keyOf: (id) => id,
-    deliver(url, id, signing = {}) {
-      const payload = JSON.stringify({ type: 'invoice.paid', data: { id } });
+    payloadOf: (id) => JSON.stringify({ type: 'invoice.paid', data: { id } }),
+    headersOf(id, payload, signing = {}) {
       const signedAt = new Date((nowSeconds() - (signing.age ?? 0)) * 1000);
       const headers = standardWebhookHeaders(id, payload, signing.secret ?? SECRETS.standard[0], signedAt);
       if (signing.signature) headers['webhook-signature'] = signing.signature;
       const { 'webhook-signature': signature, ...unsigned } = headers;
-      return post(
-        url,
-        this.path,
-        payload,
-        signing.unsigned ? unsigned : { ...unsigned, 'webhook-signature': signature },
-      );
+      return signing.unsigned ? unsigned : { ...unsigned, 'webhook-signature': signature };
     },
   },
   {
@@ -156,14 +161,14 @@ const SENDERS: Sender[] = [
     header: 'X-Shopify-Hmac-Sha256',
     timestamped: false,
     keyOf: (id) => id,
-    deliver(url, id, signing = {}) {
-      const payload = JSON.stringify({ id: 820982911946154500, email: 'jon@example.com', note: id });
+    payloadOf: (id) => JSON.stringify({ id: 820982911946154500, email: 'jon@example.com', note: id }),
+    headersOf(id, payload, signing = {}) {
       const signature = signing.signature ?? shopifySignature(payload, signing.secret ?? SECRETS.shopify[0]);
-      return post(url, this.path, payload, {
+      return {
         ...(signing.noDeliveryId ? {} : { 'X-Shopify-Webhook-Id': id }),
         'X-Shopify-Topic': 'orders/create',
         ...(signing.unsigned ? {} : { 'X-Shopify-Hmac-Sha256': signature }),
-      });
+      };
     },
   },
 ];
@@ -226,11 +231,11 @@ describe.each(ADAPTERS)('signature guards on %s', (adapter) => {
     it("a delivery signed by the sender's SDK or algorithm is processed once, its duplicate replayed", async () => {
       const delivery = id(sender, 'valid');
       const key = sender.keyOf(delivery);
-      const first = await sender.deliver(running.url, delivery);
+      const first = await deliver(sender, running.url, delivery);
       expect({ status: first.status, body: first.body }).toEqual({ status: 200, body: { processed: key } });
       expect(first.headers['idempotent-replayed']).toBeUndefined();
 
-      const duplicate = await sender.deliver(running.url, delivery);
+      const duplicate = await deliver(sender, running.url, delivery);
       expect(duplicate.status).toBe(200);
       expect(duplicate.headers['idempotent-replayed']).toBe('true');
       expect(await footprint(key)).toEqual({ claims: 1, orders: 1 });
@@ -238,7 +243,7 @@ describe.each(ADAPTERS)('signature guards on %s', (adapter) => {
 
     it('a delivery signed with the second secret of a rotation passes too', async () => {
       const delivery = id(sender, 'rotated');
-      const answer = await sender.deliver(running.url, delivery, { secret: SECRETS[sender.name][1] });
+      const answer = await deliver(sender, running.url, delivery, { secret: SECRETS[sender.name][1] });
       expect(answer.status).toBe(200);
       expect(await footprint(sender.keyOf(delivery))).toEqual({ claims: 1, orders: 1 });
     });
@@ -247,13 +252,13 @@ describe.each(ADAPTERS)('signature guards on %s', (adapter) => {
       const delivery = id(sender, 'forged');
       const key = sender.keyOf(delivery);
       const before = await allRows();
-      const forged = await sender.deliver(running.url, delivery, { secret: FORGED[sender.name] });
+      const forged = await deliver(sender, running.url, delivery, { secret: FORGED[sender.name] });
       expect(forged.status).toBe(401);
       expect(forged.body.message).toMatch(new RegExp(`^${sender.header} does not match `));
       expect(await allRows()).toEqual(before);
 
       // Nothing was claimed, so the genuine delivery of the same event is processed, not replayed.
-      const genuine = await sender.deliver(running.url, delivery);
+      const genuine = await deliver(sender, running.url, delivery);
       expect(genuine.status).toBe(200);
       expect(genuine.headers['idempotent-replayed']).toBeUndefined();
       expect(await footprint(key)).toEqual({ claims: 1, orders: 1 });
@@ -262,7 +267,7 @@ describe.each(ADAPTERS)('signature guards on %s', (adapter) => {
     it('a missing signature is refused 400 naming the header, and writes nothing', async () => {
       const delivery = id(sender, 'unsigned');
       const before = await allRows();
-      const answer = await sender.deliver(running.url, delivery, { unsigned: true });
+      const answer = await deliver(sender, running.url, delivery, { unsigned: true });
       expect(answer.status).toBe(400);
       expect(answer.body.message).toBe(headerMissing(sender.header));
       expect(await allRows()).toEqual(before);
@@ -272,7 +277,7 @@ describe.each(ADAPTERS)('signature guards on %s', (adapter) => {
     it('a malformed signature header is refused 400 naming the header, and writes nothing', async () => {
       const delivery = id(sender, 'malformed');
       const before = await allRows();
-      const answer = await sender.deliver(running.url, delivery, { signature: MALFORMED[sender.name] });
+      const answer = await deliver(sender, running.url, delivery, { signature: MALFORMED[sender.name] });
       expect(answer.status).toBe(400);
       expect(answer.body.message).toBe(headerMalformed(sender.header, MALFORMED_EXPECTED[sender.name]));
       expect(await allRows()).toEqual(before);
@@ -282,7 +287,7 @@ describe.each(ADAPTERS)('signature guards on %s', (adapter) => {
       it('a stale signature (10 minutes old, tolerance 300 s) is refused 401 naming the header', async () => {
         const delivery = id(sender, 'stale');
         const before = await allRows();
-        const answer = await sender.deliver(running.url, delivery, { age: 600 });
+        const answer = await deliver(sender, running.url, delivery, { age: 600 });
         expect(answer.status).toBe(401);
         const timestampHeader = sender.name === 'standard' ? 'webhook-timestamp' : sender.header;
         const [, age] = new RegExp(
@@ -300,7 +305,7 @@ describe.each(ADAPTERS)('signature guards on %s', (adapter) => {
   it('Standard Webhooks: a timestamp 10 minutes in the future is refused 401 too', async () => {
     const standard = SENDERS.find((sender) => sender.name === 'standard')!;
     const before = await allRows();
-    const answer = await standard.deliver(running.url, `${adapter}-standard-future`, { age: -600 });
+    const answer = await deliver(standard, running.url, `${adapter}-standard-future`, { age: -600 });
     expect(answer.status).toBe(401);
     const [, ahead] = /^webhook-timestamp is (\d+) s in the future, more than the tolerance of 300 s/.exec(
       answer.body.message,
@@ -309,6 +314,107 @@ describe.each(ADAPTERS)('signature guards on %s', (adapter) => {
     expect(Number(ahead)).toBeLessThanOrEqual(600);
     expect(Number(ahead)).toBeGreaterThan(540);
     expect(await allRows()).toEqual(before);
+  });
+
+  it.each(SENDERS.filter((sender) => sender.timestamped).map((sender) => [sender.name, sender] as const))(
+    '%s: a signature dated an hour in the future is refused 401, saying so, and writes nothing',
+    async (_name, sender) => {
+      const delivery = id(sender, 'hour-ahead');
+      const before = await allRows();
+      const answer = await deliver(sender, running.url, delivery, { age: -3_600 });
+      expect(answer.status).toBe(401);
+      const timestampHeader = sender.name === 'standard' ? 'webhook-timestamp' : sender.header;
+      const [, ahead] = new RegExp(
+        `^${timestampHeader} is (\\d+) s in the future, more than the tolerance of 300 s: check the server's clock$`,
+      ).exec(answer.body.message) ?? [answer.body.message];
+      // 3,600 s when signed, a few less by the time it was checked.
+      expect(Number(ahead)).toBeLessThanOrEqual(3_600);
+      expect(Number(ahead)).toBeGreaterThan(3_540);
+      expect(await allRows()).toEqual(before);
+      expect(await footprint(sender.keyOf(delivery))).toEqual({ claims: 0, orders: 0 });
+      // Within the tolerance, a clock a little ahead is no reason to refuse.
+      const near = id(sender, 'minutes-ahead');
+      expect((await deliver(sender, running.url, near, { age: -120 })).status).toBe(200);
+      expect(await footprint(sender.keyOf(near))).toEqual({ claims: 1, orders: 1 });
+    },
+  );
+
+  /** `payload` to `sender`'s route as `contentType`, correctly signed: the answer, and the rows it wrote. */
+  const deliverSigned = async (sender: Sender, what: string, payload: string, contentType: string) => {
+    const before = await allRows();
+    const answer = await post(running.url, sender.path, payload, {
+      ...sender.headersOf(id(sender, what), payload),
+      'Content-Type': contentType,
+    });
+    const after = await allRows();
+    return {
+      answer,
+      written: { claims: after.claims - before.claims, orders: after.orders - before.orders },
+    };
+  };
+
+  it.each(SENDERS.map((sender) => [sender.name, sender] as const))(
+    '%s: a correctly signed empty JSON body is refused 400 naming the problem, and writes nothing',
+    async (_name, sender) => {
+      const { answer, written } = await deliverSigned(sender, 'empty', '', 'application/json');
+      expect(answer.status).toBe(400);
+      // Fastify refuses an empty JSON body itself; Express parses it to {}, which the guard refuses.
+      expect(answer.body.message).toBe(
+        adapter === 'fastify'
+          ? "Body cannot be empty when content-type is set to 'application/json'"
+          : signedBodyEmpty(sender.header),
+      );
+      expect(written).toEqual({ claims: 0, orders: 0 });
+    },
+  );
+
+  /** What JSON.parse says about `text`, as the stripe SDK's parse says it. */
+  const parseError = (text: string) => {
+    try {
+      JSON.parse(text);
+    } catch (error) {
+      return (error as SyntaxError).message;
+    }
+    throw new Error(`${text} parses`);
+  };
+
+  it.each(
+    SENDERS.filter((sender) => sender.name !== 'github').map((sender) => [sender.name, sender] as const),
+  )(
+    '%s: a correctly signed form body is refused 400 naming the problem, and writes nothing',
+    async (_name, sender) => {
+      const form = 'id=evt_form&type=payment_intent.succeeded';
+      const type = 'application/x-www-form-urlencoded';
+      const { answer, written } = await deliverSigned(sender, 'form', form, type);
+      expect(answer.status).toBe(400);
+      expect(answer.body.message).toBe(
+        sender.name === 'stripe'
+          ? signedBodyNotJson(sender.header, parseError(form))
+          : signedBodyWrongType(sender.header, type, 'application/json'),
+      );
+      expect(written).toEqual({ claims: 0, orders: 0 });
+    },
+  );
+
+  it('Stripe: a correctly signed UTF-16 body is refused 400 naming the problem, and writes nothing', async () => {
+    const stripe = SENDERS.find((sender) => sender.name === 'stripe')!;
+    // UTF-16LE of ASCII without a byte order mark: valid UTF-8 (with NULs), so the SDK verifies
+    // the signature over it, and then cannot parse it.
+    const utf16 = Buffer.from(stripe.payloadOf(id(stripe, 'utf16')), 'utf16le').toString('utf8');
+    const { answer, written } = await deliverSigned(
+      stripe,
+      'utf16',
+      utf16,
+      'application/json; charset=utf-16le',
+    );
+    expect(answer.status).toBe(400);
+    // Fastify's parser refuses it before the guard; Express decodes it by its charset.
+    expect(answer.body.message).toBe(
+      adapter === 'fastify'
+        ? "Body is not valid JSON but content-type is set to 'application/json'"
+        : signedBodyNotJson('Stripe-Signature', parseError(utf16)),
+    );
+    expect(written).toEqual({ claims: 0, orders: 0 });
   });
 
   it("GitHub: the documented test vector passes (payload 'Hello, World!', as a form body)", async () => {
@@ -336,7 +442,7 @@ describe.each(ADAPTERS)('signature guards on %s', (adapter) => {
     async (name, header, scope) => {
       const sender = SENDERS.find((candidate) => candidate.name === name)!;
       const before = await allRows();
-      const answer = await sender.deliver(running.url, `${adapter}-${name}-no-id`, { noDeliveryId: true });
+      const answer = await deliver(sender, running.url, `${adapter}-${name}-no-id`, { noDeliveryId: true });
       expect(answer.status).toBe(400);
       expect(answer.body.message).toBe(keyExtractorThrew(scope, new Error(headerMissing(header))));
       expect(answer.body.message).toBe(
@@ -466,7 +572,7 @@ describe.each(ADAPTERS)('signature guards at boot on %s', (adapter) => {
     try {
       const github = SENDERS.find((sender) => sender.name === 'github')!;
       const before = await allRows();
-      const answer = await github.deliver(app.url, `${adapter}-github-no-parser`);
+      const answer = await deliver(github, app.url, `${adapter}-github-no-parser`);
       expect(answer.status).toBe(500);
       expect(answer.body.message).toBe(rawBodyDisabled('X-Hub-Signature-256'));
       expect(answer.body.message).toContain('rawBody: true');

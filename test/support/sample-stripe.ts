@@ -8,6 +8,7 @@ export const SAMPLE_TEST_SECRET = 'whsec_sample_e2e_test_secret';
 /** The sample's webhook endpoints. */
 export const ORDERS = '/webhooks/stripe/orders';
 export const FULFILMENT = '/webhooks/stripe/fulfilment';
+export const FULFILMENT_ASYNC = '/webhooks/stripe/fulfilment-async';
 
 /** A delivery that hangs fails the test with a clear error instead of a Jest timeout. */
 const ANSWER_DEADLINE_MS = 20_000;

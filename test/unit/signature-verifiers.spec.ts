@@ -207,6 +207,12 @@ describe('Standard Webhooks: webhook-id, webhook-timestamp, webhook-signature', 
         "webhook-timestamp is 301 s in the future, more than the tolerance of 300 s: check the server's clock",
     });
     expect(() => verifyStandardWebhook(body(payload), at(now - 3_000), [key], 3_600, now)).not.toThrow();
+    expect(refusal(() => verifyStandardWebhook(body(payload), at(now + 3_600), [key], 300, now))).toEqual({
+      failure: 'stale',
+      header: 'webhook-timestamp',
+      message:
+        "webhook-timestamp is 3600 s in the future, more than the tolerance of 300 s: check the server's clock",
+    });
   });
 
   it.each([
@@ -313,6 +319,76 @@ describe('Stripe: Stripe-Signature, by the stripe SDK', () => {
     expect(verify(sign({ timestamp: old }), [secret], body(payload), 900)).toEqual(event);
     // A forged old signature is a mismatch, not a replay.
     expect(refusal(() => verify(sign({ secret: 'whsec_other', timestamp: old }))).failure).toBe('mismatch');
+  });
+
+  it('refuses a signature dated beyond the tolerance in the future as stale, saying so; accepts one within it', () => {
+    const now = Math.floor(Date.now() / 1000);
+    const ahead = refusal(() => verify(sign({ timestamp: now + 3_600 })));
+    expect(ahead).toMatchObject({ failure: 'stale', header: 'Stripe-Signature' });
+    const [, seconds] =
+      /^Stripe-Signature is (\d+) s in the future, more than the tolerance of 300 s: check the server's clock$/.exec(
+        ahead.message,
+      ) ?? [ahead.message];
+    // 3,600 s when signed, a few less by the time it was checked on a busy machine.
+    expect(Number(seconds)).toBeLessThanOrEqual(3_600);
+    expect(Number(seconds)).toBeGreaterThan(3_540);
+    // Clocks drift: a few minutes ahead is within the tolerance, as a few minutes old is.
+    expect(verify(sign({ timestamp: now + 200 }))).toEqual(event);
+    expect(verify(sign({ timestamp: now + 3_600 }), [secret], body(payload), 7_200)).toEqual(event);
+    // A forged future signature is a mismatch: the clock message is for genuine signatures only.
+    expect(refusal(() => verify(sign({ secret: 'whsec_other', timestamp: now + 3_600 }))).failure).toBe(
+      'mismatch',
+    );
+  });
+
+  /** What JSON.parse says about `text`: the reason the SDK's parse gives. */
+  const parseError = (text: string) => {
+    try {
+      JSON.parse(text);
+    } catch (error) {
+      return (error as SyntaxError).message;
+    }
+    throw new Error(`${text} parses`);
+  };
+  /** Signs `raw` as Stripe signs a payload: the HMAC of its UTF-8 reading. */
+  const signBytes = (raw: Buffer, timestamp?: number) =>
+    Stripe.webhooks.generateTestHeaderString({ payload: raw.toString('utf8'), secret, timestamp });
+
+  it.each([
+    ['a form', body('id=evt_unit&type=payment_intent.succeeded')],
+    ['UTF-16 (its ASCII is valid UTF-8, with NULs)', Buffer.from(payload, 'utf16le')],
+    ['truncated JSON', body(payload.slice(0, -1))],
+  ])(
+    "refuses a correctly signed body that is %s as a body failure, with the parser's reason",
+    (_case, raw) => {
+      expect(refusal(() => verify(signBytes(raw), [secret], raw))).toEqual({
+        failure: 'body',
+        header: 'Stripe-Signature',
+        message: `Stripe-Signature is valid, but the signed body is not JSON (${parseError(raw.toString('utf8'))}); a delivery carries its event as UTF-8 JSON`,
+      });
+    },
+  );
+
+  it('refuses a correctly signed empty body as a body failure', () => {
+    const empty = Buffer.alloc(0);
+    expect(refusal(() => verify(signBytes(empty), [secret], empty))).toEqual({
+      failure: 'body',
+      header: 'Stripe-Signature',
+      message:
+        'Stripe-Signature is valid, but the signed body is empty; a delivery carries its event as JSON',
+    });
+  });
+
+  it('checks the time before the body, and a forged unparsable body is still a mismatch', () => {
+    const form = body('id=evt_unit');
+    const now = Math.floor(Date.now() / 1000);
+    expect(refusal(() => verify(signBytes(form, now + 3_600), [secret], form)).failure).toBe('stale');
+    expect(refusal(() => verify(signBytes(form, now - 600), [secret], form)).failure).toBe('stale');
+    const forged = Stripe.webhooks.generateTestHeaderString({
+      payload: 'id=evt_unit',
+      secret: 'whsec_other',
+    });
+    expect(refusal(() => verify(forged, [secret], form)).failure).toBe('mismatch');
   });
 
   it.each([
