@@ -7,18 +7,24 @@ import { claimTransactionOver, claimUnsettled } from '../idempotency.messages.js
 import { claimAfterSql, type ClaimStatements } from './claim.sql.js';
 import {
   executeArguments,
-  inlineParameters,
+  inlineLiterals,
+  parameterLiterals,
   statementTemplate,
   type StatementTemplate,
 } from './inline-parameters.js';
-import { DUPLICATE_PREPARED_STATEMENT, errorCode, INVALID_TEXT_REPRESENTATION } from './pg-errors.js';
+import {
+  DUPLICATE_PREPARED_STATEMENT,
+  errorCode,
+  INVALID_TEXT_REPRESENTATION,
+  isConnectionError,
+} from './pg-errors.js';
 import type { PreparedStatements } from './prepared-statements.js';
 import { claimQuery, isPreparedStatementMiss, type ClaimStatement } from './statement-executor.js';
 
-/** A statement to send with the COMMIT. */
+/** A statement to send with the COMMIT, its values already quoted. */
 interface DeferredStatement {
   template: StatementTemplate;
-  values: readonly unknown[];
+  literals: readonly string[];
 }
 import { adoptTransaction, connectRunner, forgetTransaction } from './typeorm-internals.js';
 
@@ -271,6 +277,11 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
         if (how === 'prepare-and-execute') remember(client, name, true);
         return results[results.length - 1].rows[0] as ClaimRow;
       } catch (error) {
+        // The claim itself failed (a duplicate's lock_timeout, say) after its PREPARE had run,
+        // and a PREPARE outlives the rollback: the connection has the statement.
+        if (how === 'prepare-and-execute' && !isPreparedStatementMiss(error) && !isConnectionError(error)) {
+          remember(client, name, true);
+        }
         if (round >= MAX_ROUNDS || !isPreparedStatementMiss(error)) throw error;
         const code = errorCode(error)!;
         prepared.missed(name, code);
@@ -405,18 +416,22 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
    * of the message to integer, evaluated only then), which stops the query before its COMMIT.
    */
   beforeCommit(text: string, values: readonly unknown[], mustWrite?: string): void {
-    this.openClient();
-    const template = statementTemplate(text);
-    const deferred = (this.deferred ??= []);
-    if (mustWrite === undefined) {
-      deferred.push({ template, values });
-      return;
+    const client = this.openClient();
+    const escape = (value: string) => client.escapeLiteral(value);
+    let template = statementTemplate(text);
+    let given = values;
+    if (mustWrite !== undefined) {
+      // The message is one more value, so the wrapped statement is one text, prepared once.
+      const message = `$${template.parameters + 1}`;
+      template = statementTemplate(
+        `WITH written AS (${text}) SELECT (CASE WHEN count(*) = 0 THEN ${message} END)::int FROM written`,
+      );
+      given = [...values, mustWrite];
     }
-    (this.mustWrite ??= []).push(mustWrite);
-    // The message is one more value, so the wrapped statement is one text, prepared once.
-    const message = `$${template.parameters + 1}`;
-    const wrapped = `WITH written AS (${text}) SELECT (CASE WHEN count(*) = 0 THEN ${message} END)::int FROM written`;
-    deferred.push({ template: statementTemplate(wrapped), values: [...values, mustWrite] });
+    // Quoted now, so a value that cannot be stored is refused to the handler that gave it.
+    const literals = parameterLiterals(template, given, escape);
+    if (mustWrite !== undefined) (this.mustWrite ??= []).push(mustWrite);
+    (this.deferred ??= []).push({ template, literals });
   }
 
   /**
@@ -467,13 +482,12 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
    */
   private async commitWithDeferred(client: PoolClient, deferred: DeferredStatement[]): Promise<void> {
     const { prepared } = this.options;
-    const escape = (value: string) => client.escapeLiteral(value);
     const known = preparedConnections.get(client);
     const preparing = new Set<string>();
     const parts: string[] = [];
-    for (const { template, values } of deferred) {
+    for (const { template, literals } of deferred) {
       if (!prepared.active) {
-        parts.push(inlineParameters(template.text, values, escape));
+        parts.push(inlineLiterals(template, literals));
         continue;
       }
       const { name } = template;
@@ -481,7 +495,7 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
         preparing.add(name);
         parts.push(`PREPARE ${name} AS ${template.text}`);
       }
-      parts.push(`EXECUTE ${name} ${executeArguments(template, values, escape)}`);
+      parts.push(`EXECUTE ${name} ${executeArguments(literals)}`);
     }
     parts.push('COMMIT');
     let results: QueryResult[];
@@ -499,6 +513,9 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
         }
         throw new DeferredStatementMissError(code);
       }
+      // PREPARE outlives the transaction's rollback: learn which of this query's ran before the
+      // failing statement, so the next delivery on the connection does not PREPARE one again.
+      if (preparing.size > 0) await this.relearnPrepared(client, preparing);
       const missing =
         errorCode(error) === INVALID_TEXT_REPRESENTATION
           ? this.mustWrite?.find((message) => (error as Error).message.includes(message))
@@ -509,6 +526,20 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
     for (const name of preparing) remember(client, name, true);
     // Postgres answers the COMMIT of an aborted transaction with the tag ROLLBACK.
     if (results[results.length - 1].command === 'ROLLBACK') throw new CommitRolledBackError();
+  }
+
+  /** Asks the connection which of `names` it has prepared (after a query that failed part-way). */
+  private async relearnPrepared(client: PoolClient, names: Set<string>): Promise<void> {
+    try {
+      const { rows } = await client.query<{ name: string }>(
+        'SELECT name FROM pg_prepared_statements WHERE name = ANY($1)',
+        [[...names]],
+      );
+      const found = new Set(rows.map((row) => row.name));
+      for (const name of names) remember(client, name, found.has(name));
+    } catch {
+      // The connection is gone with what it prepared.
+    }
   }
 
   private send(client: PoolClient, action: 'COMMIT' | 'ROLLBACK'): Promise<void> {

@@ -31,27 +31,38 @@ export function inlineParameters(
   values: readonly unknown[],
   escape: (value: string) => string,
 ): string {
-  const { pieces, indexes } = statementTemplate(text);
-  let out = pieces[0];
-  for (let k = 0; k < indexes.length; k++) {
-    const index = indexes[k];
-    if (index >= values.length) throw new Error(statementNotInlinable(`no value for $${index + 1}`));
-    out += literal(values[index], escape) + pieces[k + 1];
-  }
-  return out;
+  const template = statementTemplate(text);
+  return inlineLiterals(template, parameterLiterals(template, values, escape));
 }
 
-/** The arguments of `EXECUTE name (...)` for `template`'s values, as quoted literals. */
-export function executeArguments(
+/**
+ * The literals of `template`'s parameters, `$1` first. Made when the statement is handed over (a
+ * job enqueued), not when it is sent: a value that cannot be stored is refused to the code that
+ * gave it, with a message saying why, rather than failing the COMMIT later.
+ */
+export function parameterLiterals(
   template: StatementTemplate,
   values: readonly unknown[],
   escape: (value: string) => string,
-): string {
+): string[] {
   if (values.length < template.parameters) {
     throw new Error(statementNotInlinable(`no value for $${values.length + 1}`));
   }
   const literals: string[] = [];
   for (let index = 0; index < template.parameters; index++) literals.push(literal(values[index], escape));
+  return literals;
+}
+
+/** `template`'s text with its placeholders replaced by `literals`. */
+export function inlineLiterals(template: StatementTemplate, literals: readonly string[]): string {
+  const { pieces, indexes } = template;
+  let out = pieces[0];
+  for (let k = 0; k < indexes.length; k++) out += literals[indexes[k]] + pieces[k + 1];
+  return out;
+}
+
+/** The arguments of `EXECUTE name (...)` for `literals`. */
+export function executeArguments(literals: readonly string[]): string {
   return `(${literals.join(', ')})`;
 }
 
@@ -120,6 +131,36 @@ function literal(value: unknown, escape: (value: string) => string): string {
   // pg sends arrays as array literals and Buffers as bytea: no statement sent this way needs them.
   if (Array.isArray(value) || value instanceof Uint8Array)
     throw new Error(parameterNotInlinable(typeof value));
-  if (typeof value === 'object') return escape(JSON.stringify(value));
+  if (typeof value === 'object') return escape(storableJson(value));
   throw new Error(parameterNotInlinable(typeof value));
 }
+
+/**
+ * A `\u0000` escape, or an escaped surrogate (JSON.stringify escapes only lone ones), that is not
+ * itself escaped: jsonb refuses both, and the COMMIT would fail on them.
+ */
+const JSONB_REFUSED = /(?:^|[^\\])(?:\\\\)*\\u(?:0000|d[89a-f][0-9a-f]{2})/i;
+
+/** `value` as JSON that a jsonb column takes, or a TypeError saying why not. */
+function storableJson(value: object): string {
+  let json: string | undefined;
+  try {
+    json = JSON.stringify(value);
+  } catch (error) {
+    // A cycle, a BigInt, or nesting deeper than the stack (RangeError).
+    const reason =
+      error instanceof RangeError ? 'nests too deeply to be serialised' : (error as Error).message;
+    throw new TypeError(valueNotStorable(reason));
+  }
+  if (json === undefined) throw new TypeError(valueNotStorable('serialises to nothing'));
+  if (JSONB_REFUSED.test(json)) {
+    throw new TypeError(
+      valueNotStorable('holds a NUL character or a lone UTF-16 surrogate, which jsonb refuses'),
+    );
+  }
+  return json;
+}
+
+/** Thrown (a TypeError) for a JSON value that cannot be stored. */
+const valueNotStorable = (reason: string) =>
+  `A value written with the COMMIT (a job's data) cannot be stored as JSON: it ${reason}`;

@@ -35,4 +35,40 @@ describe('inlineParameters', () => {
   ])('refuses %s', (text, values, message) => {
     expect(() => inlineParameters(text, values, escape)).toThrow(message);
   });
+
+  it.each([
+    [
+      'nesting deeper than the stack',
+      () => {
+        let deep: Record<string, unknown> = {};
+        for (let depth = 0; depth < 40_000; depth++) deep = { deep };
+        return deep;
+      },
+      'nests too deeply to be serialised',
+    ],
+    [
+      'a cycle',
+      () => {
+        const cyclic: Record<string, unknown> = {};
+        cyclic.self = cyclic;
+        return cyclic;
+      },
+      'circular',
+    ],
+    ['a NUL character', () => ({ name: 'a\u0000b' }), 'holds a NUL character'],
+    ['a lone surrogate', () => ({ name: 'a\ud800b' }), 'a lone UTF-16 surrogate'],
+  ])('refuses JSON that jsonb cannot store: %s, naming why', (_what, value, reason) => {
+    expect(() => inlineParameters('SELECT $1::jsonb', [value()], escape)).toThrow(
+      `A value written with the COMMIT (a job's data) cannot be stored as JSON: it`,
+    );
+    expect(() => inlineParameters('SELECT $1::jsonb', [value()], escape)).toThrow(reason);
+  });
+
+  it('keeps JSON whose backslashes only look like a NUL escape, and paired surrogates', () => {
+    // The six characters \u0000 (a backslash, then u0000), and an emoji: both storable.
+    const value = { text: '\\u0000', emoji: '\u{1F600}' };
+    expect(inlineParameters('SELECT $1::jsonb', [value], escape)).toBe(
+      `SELECT ${escape(JSON.stringify(value))}::jsonb`,
+    );
+  });
 });
