@@ -150,7 +150,7 @@ function storableJson(value: object): string {
     // A cycle, a BigInt, or nesting deeper than the stack (RangeError).
     const reason =
       error instanceof RangeError ? 'nests too deeply to be serialised' : (error as Error).message;
-    throw new TypeError(valueNotStorable(reason));
+    throw new TypeError(valueNotStorable(reason), { cause: error });
   }
   if (json === undefined) throw new TypeError(valueNotStorable('serialises to nothing'));
   if (JSONB_REFUSED.test(json)) {
