@@ -19,9 +19,12 @@ export {
   IdempotencyError,
   IdempotencyUnavailableError,
   InvalidIdempotencyKeyError,
+  isIdempotencyError,
+  PropagationError,
   TransactionAbortedError,
   type IdempotencyErrorCode,
 } from './idempotency.errors.js';
+export { Propagation } from './core/propagation.js';
 export { IdempotencyMetrics } from './idempotency.metrics.js';
 export { ExpiredLeaseReporter } from './maintenance/expired-lease.reporter.js';
 export { IdempotencyClaims } from './operator/idempotency-claims.service.js';
@@ -101,6 +104,7 @@ export {
   InvalidSignatureException,
   MalformedSignatureException,
   RawBodyUnavailableException,
+  UnreadableBodyException,
   UnverifiableBodyException,
 } from './guards/signature-exceptions.js';
 export { WebhookSignatureError, type SignatureFailure } from './guards/webhook-signature.error.js';

@@ -1,8 +1,13 @@
-import { Inject, Injectable, type OnModuleInit } from '@nestjs/common';
+import { Inject, Injectable, Logger, type OnModuleInit } from '@nestjs/common';
+import { DiscoveryService } from '@nestjs/core';
 import { IDEMPOTENCY_CONFIG } from '../idempotency.constants.js';
 import { EventInFlightError, PropagationError } from '../idempotency.errors.js';
 import { duplicateInFlight, runNeedsScope } from '../idempotency.messages.js';
 import type { IdempotencyConfig, IdempotentRunOptions, IdempotentRunResult } from '../interfaces/index.js';
+import {
+  createClsTransactionBridge,
+  type ClsTransactionBridge,
+} from '../integrations/cls-transactional.bridge.js';
 import { ClaimDatabase } from '../postgres/claim-database.js';
 import { assertTypeOrmInternals, listenForEarlyErrors } from '../postgres/typeorm-internals.js';
 import { CLAIM_STRATEGY_REGISTRY } from '../strategies/claim-strategies.js';
@@ -27,10 +32,15 @@ import { checkIdempotencyKey } from './idempotency-key.js';
  */
 @Injectable()
 export class IdempotencyService implements OnModuleInit {
+  private readonly logger = new Logger('IdempotencyModule');
+  /** Makes the claim's transaction the one `@Transactional()` services join (nestjs-cls), if used. */
+  private clsBridge?: ClsTransactionBridge;
+
   constructor(
     @Inject(CLAIM_STRATEGY_REGISTRY) private readonly strategies: ReadonlyMap<string, ClaimStrategy>,
     @Inject(IDEMPOTENCY_CONFIG) private readonly config: IdempotencyConfig,
     private readonly database: ClaimDatabase,
+    private readonly discovery: DiscoveryService,
   ) {}
 
   /**
@@ -42,6 +52,9 @@ export class IdempotencyService implements OnModuleInit {
     assertTypeOrmInternals(this.database.dataSource);
     listenForEarlyErrors(this.database.dataSource);
     await this.database.checkTable();
+    const providers = this.discovery.getProviders().map((wrapper) => wrapper.instance as unknown);
+    this.clsBridge = await createClsTransactionBridge(this.database.dataSource, providers);
+    if (this.clsBridge) this.logger.log(clsBridged(this.clsBridge.hosts));
   }
 
   /**
@@ -93,7 +106,12 @@ export class IdempotencyService implements OnModuleInit {
     const strategy = this.strategies.get(spec.mode)!;
     const run = (handle: ClaimHandle) => {
       const delivery = new ClaimDelivery(spec, key, handle);
-      return runInIdempotencyContext(delivery, () => work(delivery));
+      const bridge = this.clsBridge;
+      // External mode holds no transaction for @Transactional() services to join.
+      if (bridge === undefined || handle.manager === undefined) {
+        return runInIdempotencyContext(delivery, () => work(delivery));
+      }
+      return bridge.run(handle.manager, () => runInIdempotencyContext(delivery, () => work(delivery)));
     };
     const enclosing = currentDelivery();
     if (enclosing === undefined && spec.propagation !== Propagation.Mandatory) {
@@ -153,5 +171,13 @@ function leaseCannotJoin(scope: string, enclosingScope: string): string {
     `delivery: a lease cannot join that transaction (it must commit at once, so that a duplicate ` +
     `sees it). Give ${scope} propagation: 'requiresNew' to claim on a connection of its own (each ` +
     `such delivery then holds two pool connections), or call it outside the transaction.`
+  );
+}
+
+/** Logged at boot when `@Transactional()` services will join the claim's transaction. */
+function clsBridged(hosts: number): string {
+  return (
+    `@nestjs-cls/transactional found on the claims' DataSource (${hosts} connection name${hosts === 1 ? '' : 's'}): ` +
+    `@Transactional() services called from a transaction-mode handler join the claim's transaction`
   );
 }
