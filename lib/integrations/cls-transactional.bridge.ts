@@ -62,7 +62,9 @@ export async function createClsTransactionBridge(
     const transactional = await loadOptionalPeer<Record<string, any>>('@nestjs-cls/transactional');
     const core = await loadOptionalPeer<Record<string, any>>('nestjs-cls');
     TransactionHost = transactional.TransactionHost ?? transactional.default?.TransactionHost;
-    cls = (core.ClsServiceManager ?? core.default?.ClsServiceManager).getClsService();
+    const manager = core.ClsServiceManager ?? core.default?.ClsServiceManager;
+    if (typeof manager?.getClsService !== 'function') return undefined;
+    cls = manager.getClsService();
   } catch {
     return undefined;
   }
