@@ -39,6 +39,7 @@ const KNOWN_OPTIONS: Record<keyof IdempotencyModuleOptions, true> = {
   table: true,
   signatures: true,
   handoff: true,
+  strictTransactions: true,
 };
 
 /** Positive-number options, checked at start-up so a typo fails fast rather than at the first event. */
@@ -78,6 +79,7 @@ export function resolveIdempotencyConfig(options: IdempotencyModuleOptions = {})
     reporter: true,
     prometheus: true,
     preparedStatements: 'auto',
+    strictTransactions: false,
     table: DEFAULT_TABLE,
     ...defined,
   } as IdempotencyConfig;
@@ -95,6 +97,9 @@ export function resolveIdempotencyConfig(options: IdempotencyModuleOptions = {})
   // counts of rows, and retentionBatchSize is written into the retention statements' LIMIT.
   for (const name of WHOLE) {
     if (!Number.isSafeInteger(config[name])) throw new Error(optionNotWhole(name, config[name]));
+  }
+  if (typeof config.strictTransactions !== 'boolean') {
+    throw new Error(optionNotOneOf('strictTransactions', [true, false], config.strictTransactions));
   }
   if (config.inFlightStatus !== 409 && config.inFlightStatus !== 503) {
     throw new Error(optionNotOneOf('inFlightStatus', [409, 503], config.inFlightStatus));

@@ -9,6 +9,7 @@ import {
   type ClsTransactionBridge,
 } from '../integrations/cls-transactional.bridge.js';
 import { ClaimDatabase } from '../postgres/claim-database.js';
+import { watchOutsideWrites } from '../postgres/outside-write.subscriber.js';
 import { assertTypeOrmInternals, listenForEarlyErrors } from '../postgres/typeorm-internals.js';
 import { CLAIM_STRATEGY_REGISTRY } from '../strategies/claim-strategies.js';
 import type { ClaimResult } from './claim-result.js';
@@ -52,6 +53,7 @@ export class IdempotencyService implements OnModuleInit {
     assertTypeOrmInternals(this.database.dataSource);
     listenForEarlyErrors(this.database.dataSource);
     await this.database.checkTable();
+    watchOutsideWrites(this.database.dataSource, this.config.strictTransactions, this.logger);
     const providers = this.discovery.getProviders().map((wrapper) => wrapper.instance as unknown);
     this.clsBridge = await createClsTransactionBridge(this.database.dataSource, providers);
     if (this.clsBridge) this.logger.log(clsBridged(this.clsBridge.hosts));

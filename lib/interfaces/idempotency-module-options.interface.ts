@@ -135,6 +135,15 @@ export interface IdempotencyModuleOptions {
    */
   signatures?: WebhookSignatureOptions;
   /**
+   * During a transaction-mode delivery, a write sent through TypeORM on the claims' DataSource but
+   * not through the claim's manager (an injected repository, `dataSource.query()`, a transaction of
+   * its own) commits on its own and brings back the hole the claim closes. It is always detected
+   * and logged once per handler, naming the entity; `true` also refuses it before it runs (the
+   * delivery fails and rolls back, nothing is written). Raw SQL through pg itself is not seen.
+   * @default false
+   */
+  strictTransactions?: boolean;
+  /**
    * Hand deliveries off to workers through pg-boss (an optional peer dependency, ^10.4):
    * `IdempotencyContext.enqueue()` writes a job in the claim's transaction and
    * `@IdempotentWorker` methods run each job under a claim of their own. pg-boss runs on the

@@ -21,6 +21,7 @@ import {
 import { IdempotencyMetrics } from '../idempotency.metrics.js';
 import type { IdempotencyConfig } from '../interfaces/index.js';
 import { ClaimDatabase } from '../postgres/claim-database.js';
+import { isUsersSubscriber } from '../postgres/outside-write.subscriber.js';
 import {
   ClaimTransaction,
   CommitRolledBackError,
@@ -330,7 +331,8 @@ export class TransactionStrategy implements ClaimStrategy {
       prepared,
       // TypeORM 1.x's default level for every transaction; 0.3 has no such option (undefined).
       isolationLevel: (dataSource.options as { readonly isolationLevel?: string }).isolationLevel,
-      subscribed: dataSource.subscribers.length > 0,
+      // The library's own subscriber (outside-write detection) needs no transaction events.
+      subscribed: dataSource.subscribers.length > 0 && dataSource.subscribers.some(isUsersSubscriber),
     };
   }
 

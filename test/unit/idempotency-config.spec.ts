@@ -9,6 +9,7 @@ describe('resolveIdempotencyConfig', () => {
       reporter: true,
       prometheus: true,
       preparedStatements: 'auto',
+      strictTransactions: false,
       table: 'processed_events',
     });
     expect(resolveIdempotencyConfig({})).toEqual(resolveIdempotencyConfig());
@@ -77,6 +78,12 @@ describe('resolveIdempotencyConfig', () => {
       );
     },
   );
+
+  it.each(['yes', 1, null])('rejects strictTransactions %p', (value) => {
+    expect(() => resolveIdempotencyConfig({ strictTransactions: value as unknown as boolean })).toThrow(
+      `IdempotencyModule option strictTransactions must be true or false, got ${value}`,
+    );
+  });
 
   it.each([418, 200, 500])('rejects inFlightStatus %p', (value) => {
     expect(() => resolveIdempotencyConfig({ inFlightStatus: value as 409 })).toThrow(
