@@ -1,9 +1,13 @@
+import { HttpException } from '@nestjs/common';
+
 /**
- * What an idempotent run rejects with, on every transport. `IdempotencyService.run()` and
- * `@Idempotent` methods reject with these; `@IdempotentWebhook` maps them to HTTP exceptions
- * (transports/http/http-exceptions.ts) or to RpcExceptions whose error carries the same `code`.
- * Catch them with `instanceof` (or `isIdempotencyError()`); a handler's own errors pass through
- * unchanged.
+ * Everything the library raises about a delivery, one family on every transport:
+ * `IdempotencyService.run()` and `@Idempotent` methods reject with these, `@IdempotentWebhook`
+ * answers them over HTTP as they are (each is an HttpException with its status, body and, where
+ * a retry is asked for, `Retry-After`), and over microservices as RpcExceptions whose error
+ * carries the same `code`. Catch them with `instanceof` (also across the package's ESM and
+ * CommonJS builds), `@Catch(IdempotencyError)` in a filter, or `isIdempotencyError()`; a handler's
+ * own errors pass through unchanged.
  */
 
 /** Stable identifiers of the errors below, also sent to RPC callers as `code`. */
@@ -12,13 +16,18 @@ export type IdempotencyErrorCode =
   | 'IDEMPOTENCY_IN_FLIGHT'
   | 'IDEMPOTENCY_UNAVAILABLE'
   | 'IDEMPOTENCY_TRANSACTION_ABORTED'
-  | 'IDEMPOTENCY_PROPAGATION';
+  | 'IDEMPOTENCY_PROPAGATION'
+  | 'IDEMPOTENCY_SIGNATURE_MALFORMED'
+  | 'IDEMPOTENCY_SIGNATURE_INVALID'
+  | 'IDEMPOTENCY_BODY_UNREADABLE'
+  | 'IDEMPOTENCY_BODY_UNVERIFIABLE'
+  | 'IDEMPOTENCY_RAW_BODY_UNAVAILABLE';
 
 /**
  * Set on every error the library makes, under a registered symbol. The package ships an ESM and a
  * CommonJS build, and an app can load both (its code through one, a dependency through the
  * other): each has its own classes, so a plain `instanceof` across them would be false. The brand
- * is the same in both, and `instanceof` checks it (Symbol.hasInstance below).
+ * is the same in both, and `instanceof` checks it with the error's code (Symbol.hasInstance).
  */
 const BRAND = Symbol.for('nest-idempotent-webhooks/error');
 
@@ -41,12 +50,21 @@ export function isIdempotencyError<C extends IdempotencyErrorCode>(
   return found !== undefined && (code === undefined || found === code);
 }
 
+/** The reason phrase Nest puts in a body's `error` for these statuses. */
+const REASONS: Record<number, string> = {
+  400: 'Bad Request',
+  401: 'Unauthorized',
+  409: 'Conflict',
+  500: 'Internal Server Error',
+  503: 'Service Unavailable',
+};
+
 /** Base class of every error the library raises about a delivery. */
-export abstract class IdempotencyError extends Error {
+export abstract class IdempotencyError extends HttpException {
   /** Which of the errors this is, stable across releases. */
   abstract readonly code: IdempotencyErrorCode;
-  /** The code of the class's errors; undefined on this base class. */
-  static readonly CODE: IdempotencyErrorCode | undefined;
+  /** The codes `instanceof` this class matches; undefined on the base class: every code. */
+  static readonly CODES: readonly IdempotencyErrorCode[] | undefined;
 
   /**
    * `error instanceof EventInFlightError` holds for that error made by either build of the
@@ -55,42 +73,61 @@ export abstract class IdempotencyError extends Error {
   static override [Symbol.hasInstance](value: unknown): boolean {
     const code = brandedCode(value);
     if (code === undefined) return false;
-    return this.CODE === undefined || this.CODE === code;
+    return this.CODES === undefined || this.CODES.includes(code);
   }
-
-  declare readonly [BRAND]: true;
 
   constructor(
     message: string,
-    /** The handler's scope. */
+    /** The handler's scope; empty for a signature refused before any claim. */
     readonly scope: string,
     /** The event's key, or undefined when it could not be extracted. */
     readonly key: string | undefined,
-    options?: { cause?: unknown },
+    /** The HTTP status this error is answered with. */
+    status: number,
+    options: { cause?: unknown; reason?: boolean } = {},
   ) {
-    super(message, options);
-    this.name = new.target.name;
+    // The body Nest answers: `{ statusCode, message }`, with the reason phrase as `error` where the
+    // library always gave one, so answers do not change between Nest 11 and 12.
+    const body =
+      options.reason === false
+        ? { statusCode: status, message }
+        : { statusCode: status, message, error: REASONS[status] };
+    super(body, status, { cause: options.cause });
     Object.defineProperty(this, BRAND, { value: true });
+  }
+
+  /**
+   * The error itself. The HTTP answers used to be separate exception classes holding the error
+   * as `error`; a filter written for them (`exception.error.key`) keeps working.
+   * @deprecated read the fields on the error itself.
+   */
+  get error(): this {
+    return this;
   }
 }
 
 /**
- * The key is not usable: the extractor threw or returned something other than a non-empty string
- * of at most `maxKeyLength` characters without NUL or lone surrogates. Nothing was written, and a
- * redelivery of the same event will fail the same way.
+ * 400. The key is not usable: the extractor threw or returned something other than a non-empty
+ * string of at most `maxKeyLength` characters without NUL or lone surrogates. Nothing was written,
+ * and a redelivery of the same event will fail the same way.
  */
 export class InvalidIdempotencyKeyError extends IdempotencyError {
-  static override readonly CODE = 'IDEMPOTENCY_INVALID_KEY';
+  static override readonly CODES = ['IDEMPOTENCY_INVALID_KEY'] as const;
   readonly code = 'IDEMPOTENCY_INVALID_KEY' as const;
+
+  constructor(message: string, scope: string, key: string | undefined) {
+    super(message, scope, key, 400);
+  }
 }
 
 /**
- * Another delivery of the event is being processed right now (a live lease, or a transaction
- * still open after `concurrentDuplicateWaitMs`). Nothing was done; deliver again after
- * `retryAfterSeconds`. Never treat it as success: the other delivery may still fail.
+ * 409 (or the module's `inFlightStatus`, 503) + `Retry-After`. Another delivery of the event is
+ * being processed right now (a live lease, or a transaction still open after
+ * `concurrentDuplicateWaitMs`). Nothing was done; deliver again after `retryAfterSeconds`. Never
+ * treat it as success: the other delivery may still fail.
  */
 export class EventInFlightError extends IdempotencyError {
-  static override readonly CODE = 'IDEMPOTENCY_IN_FLIGHT';
+  static override readonly CODES = ['IDEMPOTENCY_IN_FLIGHT'] as const;
   readonly code = 'IDEMPOTENCY_IN_FLIGHT' as const;
 
   constructor(
@@ -99,18 +136,20 @@ export class EventInFlightError extends IdempotencyError {
     key: string,
     /** Seconds until a redelivery may find the event free (at least 1). */
     readonly retryAfterSeconds: number,
+    /** The HTTP status: the module's `inFlightStatus`. @default 409 */
+    status: 409 | 503 = 409,
   ) {
-    super(message, scope, key);
+    super(message, scope, key, status, { reason: false });
   }
 }
 
 /**
- * The database could not record the claim or its outcome (unreachable, restarting, out of
- * connections, a lost connection mid-handler). Nothing is known to be committed; deliver again
- * after `retryAfterSeconds`: the redelivery is safe either way.
+ * 503 + `Retry-After`. The database could not record the claim or its outcome (unreachable,
+ * restarting, out of connections, a lost connection mid-handler). Nothing is known to be
+ * committed; deliver again after `retryAfterSeconds`: the redelivery is safe either way.
  */
 export class IdempotencyUnavailableError extends IdempotencyError {
-  static override readonly CODE = 'IDEMPOTENCY_UNAVAILABLE';
+  static override readonly CODES = ['IDEMPOTENCY_UNAVAILABLE'] as const;
   readonly code = 'IDEMPOTENCY_UNAVAILABLE' as const;
 
   constructor(
@@ -123,30 +162,34 @@ export class IdempotencyUnavailableError extends IdempotencyError {
     readonly sqlState: string | undefined,
     cause: unknown,
   ) {
-    super(message, scope, key, { cause });
+    super(message, scope, key, 503, { cause });
   }
 }
 
 /**
- * The handler returned, but a statement of its transaction had failed (and was caught), so
+ * 500. The handler returned, but a statement of its transaction had failed (and was caught), so
  * PostgreSQL turned the COMMIT into a ROLLBACK: neither the claim nor the handler's writes exist.
  * Deliver again; to recover from an expected error, run that statement in a nested
  * `manager.transaction()`.
  */
 export class TransactionAbortedError extends IdempotencyError {
-  static override readonly CODE = 'IDEMPOTENCY_TRANSACTION_ABORTED';
+  static override readonly CODES = ['IDEMPOTENCY_TRANSACTION_ABORTED'] as const;
   readonly code = 'IDEMPOTENCY_TRANSACTION_ABORTED' as const;
+
+  constructor(message: string, scope: string, key: string) {
+    super(message, scope, key, 500);
+  }
 }
 
 /**
- * A claim was made where its `propagation` forbids it: `'never'` inside a delivery, `'mandatory'`
- * outside a transaction-mode one, or an external-mode claim that would have to join a
- * transaction-mode delivery's transaction (a lease must commit at once; ask for
+ * 500. A claim was made where its `propagation` forbids it: `'never'` inside a delivery,
+ * `'mandatory'` outside a transaction-mode one, or an external-mode claim that would have to join
+ * a transaction-mode delivery's transaction (a lease must commit at once; ask for
  * `propagation: 'requiresNew'` to claim it on its own connection). Nothing was claimed. A
  * programming error: the same call fails the same way every time.
  */
 export class PropagationError extends IdempotencyError {
-  static override readonly CODE = 'IDEMPOTENCY_PROPAGATION';
+  static override readonly CODES = ['IDEMPOTENCY_PROPAGATION'] as const;
   readonly code = 'IDEMPOTENCY_PROPAGATION' as const;
 
   constructor(
@@ -156,6 +199,6 @@ export class PropagationError extends IdempotencyError {
     /** The scope of the delivery the claim was made in, if any. */
     readonly enclosingScope: string | undefined,
   ) {
-    super(message, scope, key);
+    super(message, scope, key, 500);
   }
 }

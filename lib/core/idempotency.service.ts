@@ -91,7 +91,13 @@ export class IdempotencyService implements OnModuleInit {
       case 'replayed':
         return { status: 'replayed' };
       case 'in_flight':
-        throw new EventInFlightError(duplicateInFlight(key), spec.scope, key, result.retryAfterSeconds);
+        throw new EventInFlightError(
+          duplicateInFlight(key),
+          spec.scope,
+          key,
+          result.retryAfterSeconds,
+          this.config.inFlightStatus,
+        );
     }
   }
 

@@ -27,7 +27,8 @@ export function readRawBody(request: SignedRequest, header: string, adapter: obj
     const contentType = request.headers['content-type'];
     throw new UnverifiableBodyException(
       rawBodyNotKept(header, Array.isArray(contentType) ? contentType.join(', ') : contentType),
+      header,
     );
   }
-  throw new RawBodyUnavailableException(rawBodyDisabled(header));
+  throw new RawBodyUnavailableException(rawBodyDisabled(header), header);
 }

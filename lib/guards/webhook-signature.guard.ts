@@ -4,14 +4,9 @@ import { IDEMPOTENCY_CONFIG } from '../idempotency.constants.js';
 import { signatureGuardNotHttp, signatureSecretUnset } from '../idempotency.messages.js';
 import type { IdempotencyConfig, WebhookSignatureOptions } from '../interfaces/index.js';
 import { readRawBody, type SignedRequest } from './raw-body.js';
-import {
-  InvalidSignatureException,
-  MalformedSignatureException,
-  UnreadableBodyException,
-} from './signature-exceptions.js';
 import { secretsOf } from './signature-options.js';
 import { requireSignedBody, type SignedBodyType } from './signed-body.js';
-import { requireHeader, WebhookSignatureError } from './webhook-signature.error.js';
+import { requireHeader } from './webhook-signature.error.js';
 
 /** A header a sender always sends: its lower-case name (as Express and Fastify give it) and its documented spelling. */
 export interface SignatureHeader {
@@ -54,18 +49,11 @@ export abstract class WebhookSignatureGuard implements CanActivate {
     const secrets = secretsOf(this.config.signatures?.[this.option]);
     // The boot check fails routes it can see without a secret; a global guard it cannot see gets here.
     if (secrets.length === 0) throw new Error(signatureSecretUnset(this.constructor.name, this.option));
-    try {
-      for (const { name, display } of this.headers) requireHeader(request.headers[name], display);
-      const rawBody = readRawBody(request, this.headers[0].display, this.adapterHost.httpAdapter);
-      await this.verify(request, rawBody, secrets);
-      if (this.signedBodies) requireSignedBody(request, rawBody, this.headers[0].display, this.signedBodies);
-    } catch (error) {
-      if (!(error instanceof WebhookSignatureError)) throw error;
-      if (error.failure === 'body') throw new UnreadableBodyException(error);
-      throw error.failure === 'missing' || error.failure === 'malformed'
-        ? new MalformedSignatureException(error)
-        : new InvalidSignatureException(error);
-    }
+    // A refusal (WebhookSignatureError) is answered as it is: 400 or 401 by its kind.
+    for (const { name, display } of this.headers) requireHeader(request.headers[name], display);
+    const rawBody = readRawBody(request, this.headers[0].display, this.adapterHost.httpAdapter);
+    await this.verify(request, rawBody, secrets);
+    if (this.signedBodies) requireSignedBody(request, rawBody, this.headers[0].display, this.signedBodies);
     return true;
   }
 

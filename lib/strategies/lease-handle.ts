@@ -92,7 +92,13 @@ export class LeaseHandle implements ClaimHandle {
   private arm(): void {
     clearTimeout(this.timer);
     if (this.finished) return;
-    this.timer = setTimeout(() => this.abort('expired'), Math.max(0, this.endsAt - performance.now()));
+    const left = this.endsAt - performance.now();
+    // Run out already: aborted now, so a handler that first looks after the lease ended sees it.
+    if (left <= 0) {
+      this.abort('expired');
+      return;
+    }
+    this.timer = setTimeout(() => this.abort('expired'), left);
     this.timer.unref();
   }
 

@@ -69,6 +69,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
                 meta.scope,
                 key,
                 result.retryAfterSeconds,
+                this.config.inFlightStatus,
               );
               subscriber.error(transport.failure(inFlight, context));
               return;

@@ -79,7 +79,7 @@ describe.each(ADAPTERS)('exported HTTP exceptions (%s)', (adapter) => {
           isHttpException: true,
           status: 400,
           retryAfterSeconds: null,
-          causeIsError: true,
+          errorIsItself: true,
           error: {
             class: 'InvalidIdempotencyKeyError',
             code: 'IDEMPOTENCY_INVALID_KEY',
@@ -131,7 +131,7 @@ describe.each(ADAPTERS)('exported HTTP exceptions (%s)', (adapter) => {
         isHttpException: true,
         status: 409,
         retryAfterSeconds: RETRY_AFTER,
-        causeIsError: true,
+        errorIsItself: true,
         error: {
           class: 'EventInFlightError',
           code: 'IDEMPOTENCY_IN_FLIGHT',
@@ -198,7 +198,7 @@ describe.each(ADAPTERS)('exported HTTP exceptions (%s)', (adapter) => {
         isHttpException: true,
         status: 503,
         retryAfterSeconds: RETRY_AFTER,
-        causeIsError: true,
+        errorIsItself: true,
         error: {
           class: 'IdempotencyUnavailableError',
           code: 'IDEMPOTENCY_UNAVAILABLE',

@@ -1,20 +1,8 @@
-import { Inject, Injectable, type ExecutionContext } from '@nestjs/common';
+import { Injectable, type ExecutionContext } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
-import { IDEMPOTENCY_CONFIG, REPLAYED_HEADER } from '../../idempotency.constants.js';
-import {
-  EventInFlightError,
-  IdempotencyUnavailableError,
-  InvalidIdempotencyKeyError,
-  TransactionAbortedError,
-} from '../../idempotency.errors.js';
-import type { IdempotencyConfig } from '../../interfaces/index.js';
+import { REPLAYED_HEADER } from '../../idempotency.constants.js';
+import { EventInFlightError, IdempotencyUnavailableError } from '../../idempotency.errors.js';
 import type { DeliveryTransport, SettledResult } from '../delivery-transport.js';
-import {
-  EventInFlightException,
-  IdempotencyUnavailableException,
-  InvalidIdempotencyKeyException,
-  TransactionAbortedException,
-} from './http-exceptions.js';
 
 /**
  * Webhooks over HTTP (Express or Fastify, through Nest's adapter).
@@ -30,10 +18,7 @@ import {
  */
 @Injectable()
 export class HttpTransport implements DeliveryTransport {
-  constructor(
-    private readonly adapterHost: HttpAdapterHost,
-    @Inject(IDEMPOTENCY_CONFIG) private readonly config: IdempotencyConfig,
-  ) {}
+  constructor(private readonly adapterHost: HttpAdapterHost) {}
 
   /** `(body, request)`. Read by index: switchToHttp() builds closures on every call. */
   keyArguments(context: ExecutionContext): readonly unknown[] {
@@ -47,17 +32,11 @@ export class HttpTransport implements DeliveryTransport {
     return undefined;
   }
 
+  /** The library's errors are HttpExceptions already: those that ask for a retry say when. */
   failure(error: unknown, context: ExecutionContext): unknown {
-    if (error instanceof InvalidIdempotencyKeyError) return new InvalidIdempotencyKeyException(error);
-    if (error instanceof EventInFlightError) {
+    if (error instanceof EventInFlightError || error instanceof IdempotencyUnavailableError) {
       this.setHeader(context, 'Retry-After', String(error.retryAfterSeconds));
-      return new EventInFlightException(error, this.config.inFlightStatus);
     }
-    if (error instanceof IdempotencyUnavailableError) {
-      this.setHeader(context, 'Retry-After', String(error.retryAfterSeconds));
-      return new IdempotencyUnavailableException(error);
-    }
-    if (error instanceof TransactionAbortedError) return new TransactionAbortedException(error);
     return error;
   }
 

@@ -1,0 +1,98 @@
+import { describe, expect, it } from '@jest/globals';
+import { HttpException } from '@nestjs/common';
+import {
+  EventInFlightError,
+  EventInFlightException,
+  IdempotencyError,
+  IdempotencyUnavailableError,
+  IdempotencyUnavailableException,
+  InvalidIdempotencyKeyError,
+  InvalidIdempotencyKeyException,
+  InvalidSignatureException,
+  isIdempotencyError,
+  MalformedSignatureException,
+  PropagationError,
+  RawBodyUnavailableException,
+  TransactionAbortedError,
+  TransactionAbortedException,
+  UnreadableBodyException,
+  UnverifiableBodyException,
+  WebhookSignatureError,
+} from '../../lib/index.js';
+
+/** One of each error, as the library makes them. */
+const made = {
+  invalidKey: new InvalidIdempotencyKeyError('bad key', 'Scope.m', undefined),
+  inFlight: new EventInFlightError('in flight', 'Scope.m', 'evt_1', 3),
+  inFlight503: new EventInFlightError('in flight', 'Scope.m', 'evt_1', 3, 503),
+  unavailable: new IdempotencyUnavailableError('down', 'Scope.m', 'evt_1', 30, '57P01', new Error('gone')),
+  aborted: new TransactionAbortedError('aborted', 'Scope.m', 'evt_1'),
+  propagation: new PropagationError('never', 'Inner.m', 'evt_1', 'Outer.m'),
+  mismatch: new WebhookSignatureError('mismatch', 'Stripe-Signature', 'no match'),
+  stale: new WebhookSignatureError('stale', 'Stripe-Signature', 'too old'),
+  malformed: new WebhookSignatureError('malformed', 'Stripe-Signature', 'not t=,v1='),
+  body: new WebhookSignatureError('body', 'Stripe-Signature', 'empty'),
+  unverifiable: new UnverifiableBodyException('text/plain is not kept'),
+  noRawBody: new RawBodyUnavailableException('rawBody: true missing'),
+};
+
+describe('the library’s errors: one family on every transport', () => {
+  it.each(Object.entries(made))(
+    '%s is an IdempotencyError and an HttpException with its status',
+    (_name, error) => {
+      expect(error).toBeInstanceOf(IdempotencyError);
+      expect(error).toBeInstanceOf(HttpException);
+      expect(error).toBeInstanceOf(Error);
+      expect(isIdempotencyError(error)).toBe(true);
+      expect(isIdempotencyError(error, error.code)).toBe(true);
+      // The old HTTP wrappers' `error` is the error itself now.
+      expect(error.error).toBe(error);
+    },
+  );
+
+  it.each([
+    ['invalidKey', 400, { statusCode: 400, message: 'bad key', error: 'Bad Request' }],
+    ['inFlight', 409, { statusCode: 409, message: 'in flight' }],
+    ['inFlight503', 503, { statusCode: 503, message: 'in flight' }],
+    ['unavailable', 503, { statusCode: 503, message: 'down', error: 'Service Unavailable' }],
+    ['aborted', 500, { statusCode: 500, message: 'aborted', error: 'Internal Server Error' }],
+    ['propagation', 500, { statusCode: 500, message: 'never', error: 'Internal Server Error' }],
+    ['mismatch', 401, { statusCode: 401, message: 'no match', error: 'Unauthorized' }],
+    ['stale', 401, { statusCode: 401, message: 'too old', error: 'Unauthorized' }],
+    ['malformed', 400, { statusCode: 400, message: 'not t=,v1=', error: 'Bad Request' }],
+    ['body', 400, { statusCode: 400, message: 'empty', error: 'Bad Request' }],
+    ['unverifiable', 400, { statusCode: 400, message: 'text/plain is not kept', error: 'Bad Request' }],
+    ['noRawBody', 500, { statusCode: 500, message: 'rawBody: true missing', error: 'Internal Server Error' }],
+  ] as const)('%s answers %i with the body Nest has always sent for it', (name, status, body) => {
+    expect(made[name].getStatus()).toBe(status);
+    expect(made[name].getResponse()).toEqual(body);
+  });
+
+  it('keeps the old HTTP exception names as the same classes', () => {
+    expect(EventInFlightException).toBe(EventInFlightError);
+    expect(IdempotencyUnavailableException).toBe(IdempotencyUnavailableError);
+    expect(InvalidIdempotencyKeyException).toBe(InvalidIdempotencyKeyError);
+    expect(TransactionAbortedException).toBe(TransactionAbortedError);
+  });
+
+  it('tells the errors apart by code, not by the class that made them', () => {
+    expect(made.inFlight).not.toBeInstanceOf(IdempotencyUnavailableError);
+    expect(made.unavailable).not.toBeInstanceOf(EventInFlightError);
+    expect(isIdempotencyError(made.inFlight, 'IDEMPOTENCY_UNAVAILABLE')).toBe(false);
+    expect(isIdempotencyError(new Error('a handler’s own'))).toBe(false);
+    expect(new Error('a handler’s own')).not.toBeInstanceOf(IdempotencyError);
+    // A refusal made by a verifier matches the guard's name for its kind.
+    expect(made.mismatch).toBeInstanceOf(InvalidSignatureException);
+    expect(made.stale).toBeInstanceOf(InvalidSignatureException);
+    expect(made.mismatch).not.toBeInstanceOf(MalformedSignatureException);
+    expect(made.malformed).toBeInstanceOf(MalformedSignatureException);
+    expect(made.body).toBeInstanceOf(UnreadableBodyException);
+    expect(made.unverifiable).toBeInstanceOf(WebhookSignatureError);
+    expect(made.noRawBody).not.toBeInstanceOf(InvalidSignatureException);
+    expect(made.inFlight).not.toBeInstanceOf(WebhookSignatureError);
+    expect(new InvalidSignatureException(made.stale)).toMatchObject({
+      failure: 'stale',
+      header: 'Stripe-Signature',
+    });
+  });
+});
