@@ -97,7 +97,7 @@ export async function expectCrashRecovery(options: CrashRecoveryOptions): Promis
   const afterCrash = await countEffect(options, HELPER);
   if (!external && afterCrash !== 0) {
     throw new ExactlyOnceError(
-      `${HELPER}: after ${step} the effect counted ${afterCrash}, expected 0: its transaction rolled back, ` +
+      `${HELPER}: after ${step}, the effect counted ${afterCrash}, expected 0: its transaction rolled back, ` +
         "yet the effect stayed. The handler writes outside the claim's transaction (an injected repository, " +
         'the DataSource or another connection instead of @WebhookTransaction() / IdempotencyContext.manager), ' +
         'so that write commits on its own: a crash before the COMMIT keeps it and loses the claim, and the ' +
@@ -109,7 +109,7 @@ export async function expectCrashRecovery(options: CrashRecoveryOptions): Promis
   if (external) {
     if (afterCrash > 1) {
       throw new ExactlyOnceError(
-        `${HELPER}: after ${step} the effect counted ${afterCrash}, expected at most 1 (its work ran once).`,
+        `${HELPER}: after ${step}, the effect counted ${afterCrash}, expected at most 1 (its work ran once).`,
         step,
         afterCrash,
       );
@@ -117,7 +117,7 @@ export async function expectCrashRecovery(options: CrashRecoveryOptions): Promis
     const ended = await expireLease(options.dataSource!, options.scope!, options.key!, options.table);
     if (!ended) {
       throw new ExactlyOnceError(
-        `${HELPER}: after ${step} no lease of scope ${JSON.stringify(options.scope)} and key ` +
+        `${HELPER}: after ${step}, no lease of scope ${JSON.stringify(options.scope)} and key ` +
           `${JSON.stringify(options.key)} was in progress: is the handler external: true, and are scope ` +
           "and key its claim's?",
         step,
@@ -125,24 +125,24 @@ export async function expectCrashRecovery(options: CrashRecoveryOptions): Promis
     }
   }
 
-  const redelivery = 'the redelivery after the crash';
+  const redelivery = 'the redelivery';
   await settle(options, HELPER, redelivery);
   const recovered = await countEffect(options, HELPER);
   if (recovered !== 1) {
     throw new ExactlyOnceError(
-      `${HELPER}: after ${redelivery} the effect counted ${recovered}, expected 1. ` +
+      `${HELPER}: after ${redelivery}, the effect counted ${recovered}, expected 1. ` +
         recoveryCause(recovered, external),
       redelivery,
       recovered,
     );
   }
 
-  const last = 'a delivery after the recovery';
+  const last = 'one more delivery';
   await settle(options, HELPER, last);
   const after = await countEffect(options, HELPER);
   if (after !== 1) {
     throw new ExactlyOnceError(
-      `${HELPER}: after ${last} the effect counted ${after}, expected 1: a delivery of an event already ` +
+      `${HELPER}: after ${last}, the effect counted ${after}, expected 1: a delivery of an event already ` +
         'done did the work again. Its key is not the one the earlier deliveries claimed (taken from ' +
         'something made per request or per attempt), or the handler is not claimed at all.',
       last,

@@ -69,7 +69,7 @@ export async function expectOneEffect(options: OneEffectOptions): Promise<void> 
           'dedupe is a read-then-write race outside the claim.',
   );
 
-  const again = 'the redelivery, in sequence';
+  const again = 'the redelivery in sequence';
   await settle(options, HELPER, again);
   await expectOnce(options, again, (counted) =>
     counted === 0
@@ -88,7 +88,7 @@ async function expectOnce(
   const counted = await countEffect(options, HELPER);
   if (counted === 1) return;
   throw new ExactlyOnceError(
-    `${HELPER}: after ${step} the effect counted ${counted}, expected 1. ${cause(counted)}`,
+    `${HELPER}: after ${step}, the effect counted ${counted}, expected 1. ${cause(counted)}`,
     step,
     counted,
   );

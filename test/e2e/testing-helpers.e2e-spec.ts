@@ -312,7 +312,7 @@ describe('testing helpers', () => {
       const race = expectOneEffect({ deliver: post('uuid-key', raced), effect: () => ledger(raced) });
       await expect(race).rejects.toThrow(ExactlyOnceError);
       await expect(race).rejects.toThrow(
-        'expectOneEffect: after 5 concurrent first deliveries the effect counted 5, expected 1. ' +
+        'expectOneEffect: after 5 concurrent first deliveries, the effect counted 5, expected 1. ' +
           'Copies that ran at once each did the work: their keys differ',
       );
       expect(await ledger(raced)).toBe(5);
@@ -324,9 +324,9 @@ describe('testing helpers', () => {
         concurrent: 1,
       }).catch((error: unknown) => error);
       expect(failure).toBeInstanceOf(ExactlyOnceError);
-      expect(failure).toMatchObject({ step: 'the redelivery, in sequence', counted: 2 });
+      expect(failure).toMatchObject({ step: 'the redelivery in sequence', counted: 2 });
       expect((failure as Error).message).toContain(
-        'after the redelivery, in sequence the effect counted 2, expected 1. The redelivery did the work ' +
+        'after the redelivery in sequence, the effect counted 2, expected 1. The redelivery did the work ' +
           'again: its key is not the one the first delivery claimed',
       );
       expect(await ledger(sequenced)).toBe(2);
@@ -347,7 +347,7 @@ describe('testing helpers', () => {
       expect(failure).toBeInstanceOf(ExactlyOnceError);
       expect(failure).toMatchObject({ step: 'the crashed delivery', counted: 1 });
       expect((failure as Error).message).toContain(
-        'expectCrashRecovery: after the crashed delivery the effect counted 1, expected 0: its transaction ' +
+        'expectCrashRecovery: after the crashed delivery, the effect counted 1, expected 0: its transaction ' +
           'rolled back, yet the effect stayed. The handler writes outside the claim',
       );
       // What the helper predicted: the claim is gone, the write is not, and the redelivery repeats it.
@@ -367,9 +367,9 @@ describe('testing helpers', () => {
         key: id,
       }).catch((error: unknown) => error);
       expect(failure).toBeInstanceOf(ExactlyOnceError);
-      expect(failure).toMatchObject({ step: 'the redelivery after the crash', counted: 2 });
+      expect(failure).toMatchObject({ step: 'the redelivery', counted: 2 });
       expect((failure as Error).message).toContain(
-        'after the redelivery after the crash the effect counted 2, expected 1. The work ran again on the ' +
+        'after the redelivery, the effect counted 2, expected 1. The work ran again on the ' +
           'redelivery, as it must in external mode (the crash came after it), and the downstream applied it ' +
           'twice: it does not dedupe by the key it is sent',
       );
