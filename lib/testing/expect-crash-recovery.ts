@@ -101,7 +101,8 @@ export async function expectCrashRecovery(options: CrashRecoveryOptions): Promis
         "yet the effect stayed. The handler writes outside the claim's transaction (an injected repository, " +
         'the DataSource or another connection instead of @WebhookTransaction() / IdempotencyContext.manager), ' +
         'so that write commits on its own: a crash before the COMMIT keeps it and loses the claim, and the ' +
-        'redelivery does it again.',
+        'redelivery does it again. (An external-mode handler does its work before the crash: pass ' +
+        'external: true, with dataSource, scope and key.)',
       step,
       afterCrash,
     );
