@@ -20,7 +20,7 @@ export interface CrashRecoveryOptions extends EffectCheckOptions {
   key?: string;
   /** The handler is external mode (`external: true`): its work is outside the database. @default false */
   external?: boolean;
-  /** The app's DataSource, to end the crashed worker's lease (`expireLease`). Required with `external`. */
+  /** The app's DataSource, to end the crashed worker's lease (`expireLease`). Required with `external`. @default undefined */
   dataSource?: DataSource;
   /** Where the claims table is, when the module's `schema` or `table` option moved it. @default the module's defaults */
   table?: { schema?: string; table?: string };
