@@ -231,6 +231,18 @@ describe.each(ADAPTERS)('the delivery signal and the missing manager of external
     }
   });
 
+  it('answers aborted to a handler that first looks at its signal after its lease ran out', async () => {
+    const id = `evt_late_${adapter}`;
+    // The handler's work outlives its 1 s lease; only then does it read the signal.
+    const answer = await post('/signal/late', { id, workMs: FETCH_LEASE_MS + 300 });
+    expect(answer.status).toBe(200);
+    expect(answer.body).toEqual({
+      isAbortSignal: true,
+      aborted: true,
+      reason: { name: 'LeaseLostError', message: expect.stringContaining(RAN_OUT) },
+    });
+  });
+
   it('never aborts the signal of a handler that finished in time, after its lease would have run out', async () => {
     const id = `evt_finished_${adapter}`;
     const answer = await post('/signal/finished', { id });
