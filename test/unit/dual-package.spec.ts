@@ -57,4 +57,119 @@ describe('the ESM and CommonJS builds in one process', () => {
       outside: [false, false],
     });
   });
+
+  /** The library's error classes, with arguments their constructors take. */
+  const MAKE_ERRORS = `
+    const make = (build) => ({
+      InvalidIdempotencyKeyError: new build.InvalidIdempotencyKeyError('bad key', 'scope', undefined),
+      EventInFlightError: new build.EventInFlightError('in flight', 'scope', 'k', 3),
+      IdempotencyUnavailableError: new build.IdempotencyUnavailableError('away', 'scope', 'k', 30, '57P01', new Error('gone')),
+      TransactionAbortedError: new build.TransactionAbortedError('aborted', 'scope', 'k'),
+    });
+    const CLASSES = ['InvalidIdempotencyKeyError', 'EventInFlightError', 'IdempotencyUnavailableError', 'TransactionAbortedError'];
+  `;
+
+  it("recognise each other's errors with instanceof: the same class across builds, never another class", () => {
+    const seen = inNode(`
+      import { createRequire } from 'node:module';
+      import 'reflect-metadata';
+      const require = createRequire(import.meta.url);
+      const esm = await import('./dist/lib/index.js');
+      const cjs = require('./dist/cjs/index.js');
+      ${MAKE_ERRORS}
+      const builds = { esm, cjs };
+      const matrix = {};
+      for (const [madeBy, maker] of Object.entries(builds)) {
+        for (const [name, error] of Object.entries(make(maker))) {
+          for (const [checkedBy, checker] of Object.entries(builds)) {
+            matrix[madeBy + ' ' + name + ' / ' + checkedBy] = {
+              base: error instanceof checker.IdempotencyError,
+              error: error instanceof Error,
+              classes: CLASSES.filter((other) => error instanceof checker[other]),
+            };
+          }
+        }
+      }
+      const plain = Object.assign(new Error('look-alike'), { code: 'IDEMPOTENCY_IN_FLIGHT' });
+      console.log(JSON.stringify({
+        distinctClasses: esm.EventInFlightError !== cjs.EventInFlightError,
+        matrix,
+        lookAlike: [plain instanceof esm.EventInFlightError, plain instanceof cjs.IdempotencyError],
+        notErrors: [null, undefined, 'IDEMPOTENCY_IN_FLIGHT', {}].map((value) => value instanceof esm.IdempotencyError),
+      }));
+    `) as {
+      distinctClasses: boolean;
+      matrix: Record<string, unknown>;
+      lookAlike: boolean[];
+      notErrors: boolean[];
+    };
+    expect(seen.distinctClasses).toBe(true);
+    const expected: Record<string, unknown> = {};
+    for (const madeBy of ['esm', 'cjs'])
+      for (const name of ERROR_CLASSES)
+        for (const checkedBy of ['esm', 'cjs'])
+          expected[`${madeBy} ${name} / ${checkedBy}`] = { base: true, error: true, classes: [name] };
+    expect(seen.matrix).toEqual(expected);
+    // An error that merely looks like one (a code, no brand) is not taken for it.
+    expect(seen.lookAlike).toEqual([false, false]);
+    expect(seen.notErrors).toEqual([false, false, false, false]);
+  });
+
+  it("tell the library's errors, and which one, with isIdempotencyError() from either build", () => {
+    const seen = inNode(`
+      import { createRequire } from 'node:module';
+      import 'reflect-metadata';
+      const require = createRequire(import.meta.url);
+      const esm = await import('./dist/lib/idempotency.errors.js');
+      const cjs = require('./dist/cjs/idempotency.errors.js');
+      ${MAKE_ERRORS}
+      const results = {};
+      for (const [madeBy, maker] of Object.entries({ esm, cjs })) {
+        for (const [name, error] of Object.entries(make(maker))) {
+          for (const [checkedBy, checker] of Object.entries({ esm, cjs })) {
+            results[madeBy + ' ' + name + ' / ' + checkedBy] = {
+              any: checker.isIdempotencyError(error),
+              own: checker.isIdempotencyError(error, error.code),
+              other: checker.isIdempotencyError(error, error.code === 'IDEMPOTENCY_IN_FLIGHT' ? 'IDEMPOTENCY_UNAVAILABLE' : 'IDEMPOTENCY_IN_FLIGHT'),
+            };
+          }
+        }
+      }
+      const plain = Object.assign(new Error('look-alike'), { code: 'IDEMPOTENCY_IN_FLIGHT' });
+      console.log(JSON.stringify({
+        results,
+        others: [plain, new TypeError('x'), null, undefined, 42, 'IDEMPOTENCY_IN_FLIGHT', {}].map((value) => [
+          esm.isIdempotencyError(value),
+          cjs.isIdempotencyError(value, 'IDEMPOTENCY_IN_FLIGHT'),
+        ]),
+      }));
+    `) as { results: Record<string, unknown>; others: boolean[][] };
+    const expected: Record<string, unknown> = {};
+    for (const madeBy of ['esm', 'cjs'])
+      for (const name of ERROR_CLASSES)
+        for (const checkedBy of ['esm', 'cjs'])
+          expected[`${madeBy} ${name} / ${checkedBy}`] = { any: true, own: true, other: false };
+    expect(seen.results).toEqual(expected);
+    expect(seen.others).toEqual(Array(7).fill([false, false]));
+  });
+
+  it('export isIdempotencyError from both entry points', () => {
+    const exported = inNode(`
+      import { createRequire } from 'node:module';
+      import 'reflect-metadata';
+      const require = createRequire(import.meta.url);
+      const esm = await import('./dist/lib/index.js');
+      const cjs = require('./dist/cjs/index.js');
+      console.log(JSON.stringify([typeof esm.isIdempotencyError, typeof cjs.isIdempotencyError]));
+    `);
+    expect(exported).toEqual(['function', 'function']);
+  });
 });
+
+/** The error classes MAKE_ERRORS builds. */
+const ERROR_CLASSES = [
+  'InvalidIdempotencyKeyError',
+  'EventInFlightError',
+  'IdempotencyUnavailableError',
+  'TransactionAbortedError',
+];

@@ -1,3 +1,5 @@
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
 import { afterEach, beforeEach, describe, expect, it, jest } from '@jest/globals';
 import { InProcessWaiters, type FirstOutcome } from '../../lib/strategies/in-process-waiters.js';
 
@@ -143,5 +145,81 @@ describe('InProcessWaiters', () => {
     waiters.end(ID, 'committed');
     expect(() => waiters.end(ID, 'not_committed')).not.toThrow();
     expect(waiters.has(ID)).toBe(false);
+  });
+
+  it('forgets each waiter that times out: 10,000 timed-out waits leave no callback while the first still runs', async () => {
+    waiters.begin(ID);
+    const waits = Array.from({ length: 10_000 }, () => waiters.wait(ID, 100));
+    expect(waiters.waitingFor(ID)).toBe(10_000);
+
+    jest.advanceTimersByTime(100);
+    expect(await Promise.all(waits)).toEqual(Array(10_000).fill('timeout'));
+    // The first delivery has not ended, and holds nothing for the duplicates that gave up.
+    expect(waiters.has(ID)).toBe(true);
+    expect(waiters.waitingFor(ID)).toBe(0);
+    expect(jest.getTimerCount()).toBe(0);
+
+    // A duplicate arriving after that still learns how the first ended.
+    const late = track(waiters.wait(ID, 5_000));
+    expect(waiters.waitingFor(ID)).toBe(1);
+    waiters.end(ID, 'committed');
+    await settle();
+    expect(late.value).toBe('committed');
+    expect(waiters.waitingFor(ID)).toBe(0);
+  });
+
+  it('drops only the waiters whose bound ran out; the others stay and are told the outcome', async () => {
+    waiters.begin(ID);
+    const short = [waiters.wait(ID, 100), waiters.wait(ID, 100), waiters.wait(ID, 100)].map(track);
+    const long = [waiters.wait(ID, 10_000), waiters.wait(ID, 10_000)].map(track);
+    expect(waiters.waitingFor(ID)).toBe(5);
+
+    jest.advanceTimersByTime(100);
+    await settle();
+    expect(short.map((state) => state.value)).toEqual(['timeout', 'timeout', 'timeout']);
+    expect(waiters.waitingFor(ID)).toBe(2);
+
+    waiters.end(ID, 'not_committed');
+    await settle();
+    expect(long.map((state) => state.value)).toEqual(['not_committed', 'not_committed']);
+    expect(waiters.waitingFor(ID)).toBe(0);
+  });
+});
+
+/**
+ * The same clean-up seen from outside, whatever the class keeps: a duplicate's wait, once timed
+ * out and let go by its caller, can be garbage collected while the first delivery still runs. Real
+ * timers, as the collector runs between macrotasks.
+ */
+describe('InProcessWaiters and the garbage collector', () => {
+  /** V8's collector, exposed at run time (Jest's Node was not started with --expose-gc). */
+  function collector(): () => void {
+    setFlagsFromString('--expose-gc');
+    return runInNewContext('gc') as () => void;
+  }
+  const macrotask = () => new Promise<void>((resolve) => setImmediate(resolve));
+
+  it('lets 1,000 timed-out waits be collected while the first delivery still runs', async () => {
+    const gc = collector();
+    const waiters = new InProcessWaiters();
+    waiters.begin(ID);
+    const refs: WeakRef<object>[] = [];
+    const outcomes: string[] = [];
+    // The waits are made, awaited and dropped inside this function: only the WeakRefs outlive it.
+    await (async () => {
+      const waits = Array.from({ length: 1_000 }, () => waiters.wait(ID, 20));
+      for (const wait of waits) refs.push(new WeakRef(wait));
+      outcomes.push(...(await Promise.all(waits)));
+    })();
+    expect(outcomes).toEqual(Array(1_000).fill('timeout'));
+    expect(waiters.has(ID)).toBe(true);
+
+    // A WeakRef's target is kept until the job that made or read it ends: collect after that.
+    for (let round = 0; round < 3 && refs.some((ref) => ref.deref() !== undefined); round++) {
+      await macrotask();
+      gc();
+    }
+    expect(refs.filter((ref) => ref.deref() !== undefined)).toHaveLength(0);
+    waiters.end(ID, 'committed');
   });
 });

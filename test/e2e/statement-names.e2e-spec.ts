@@ -1,0 +1,105 @@
+import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
+import request from 'supertest';
+import { DataSource } from 'typeorm';
+import { NAMES_SCOPE, StatementNamesController } from '../fixtures/statement-names.fixture.js';
+import { WebhookFixtureModule } from '../fixtures/webhook-fixture.module.js';
+import { ADAPTERS, startApp, type RunningApp } from '../support/app.js';
+import { CLAIM_SQL } from '../support/claim-sql.js';
+import { createTestDatabase, type TestDatabase } from '../support/database.js';
+
+/** The name the previous release prepared its transaction claim under, for the default table. */
+const OLD_CLAIM_NAME = 'idempotency_transaction_claim';
+
+/**
+ * Another release's statement under that name, with the claim's parameters (text, text, text,
+ * text) and columns: it answers "claimed" and inserts nothing. A connection a pooler hands from
+ * one release to the next during a rolling deploy can hold exactly this.
+ */
+const FOREIGN_CLAIM = `PREPARE ${OLD_CLAIM_NAME} (text, text, text, text) AS
+SELECT true AS claimed, NULL::text AS status, current_setting('lock_timeout') AS previous
+FROM (SELECT $1, $2, $3, $4) AS given`;
+
+/**
+ * A connection that already holds a statement under the name the library would prepare its claim
+ * under (another release's, another copy's) must not make the library run that statement: the
+ * names carry a hash of their text, so the library's claim is prepared under a name of its own,
+ * the claim row is written and a redelivery is replayed. Before, the PREPARE met 42P05, was taken
+ * to mean "mine", and the foreign statement ran: the handler ran with no claim row, and again on
+ * every redelivery.
+ */
+describe.each(ADAPTERS)('a foreign statement under the claim statement name (%s)', (adapter) => {
+  let db: TestDatabase;
+  let running: RunningApp | undefined;
+
+  beforeAll(async () => {
+    db = await createTestDatabase();
+  });
+
+  afterEach(async () => {
+    await running?.close();
+    running = undefined;
+  });
+
+  afterAll(async () => {
+    await db?.drop();
+  });
+
+  const claims = (id: string) =>
+    db.pool
+      .query('SELECT status, attempts FROM processed_events WHERE scope = $1 AND event_key = $2', [
+        NAMES_SCOPE,
+        id,
+      ])
+      .then((result) => result.rows as { status: string; attempts: number }[]);
+  const effects = (id: string) => db.count('SELECT count(*) FROM downstream_calls WHERE event_id = $1', [id]);
+
+  it("runs the handler once and writes its claim row when the pool's only connection holds another release's claim statement", async () => {
+    running = await startApp(adapter, [
+      WebhookFixtureModule.forDatabase({
+        databaseUrl: db.url,
+        poolSize: 1,
+        controllers: [StatementNamesController],
+        idempotency: { reporter: false },
+      }),
+    ]);
+    const dataSource = running.app.get(DataSource);
+    // The pool has one connection: this PREPARE and every delivery below share it.
+    const [{ pid }] = (await dataSource.query('SELECT pg_backend_pid() AS pid')) as { pid: number }[];
+    await dataSource.query(FOREIGN_CLAIM);
+    const id = `evt_foreign_${adapter}`;
+
+    const first = await request(running.url).post('/names/orders').send({ id });
+    const claimAfterFirst = await claims(id);
+    const again = await request(running.url).post('/names/orders').send({ id });
+    // Seen together, so that a failure shows the whole story: the answers, the claim row, the runs.
+    expect({
+      first: [first.status, first.body, first.headers['idempotent-replayed']],
+      claimAfterFirst,
+      again: [again.status, again.headers['idempotent-replayed']],
+      runs: running.app.get(StatementNamesController).runs.get(id),
+      effects: await effects(id),
+      claims: await claims(id),
+    }).toEqual({
+      first: [200, { processed: id }, undefined],
+      claimAfterFirst: [{ status: 'done', attempts: 1 }],
+      again: [200, 'true'],
+      runs: 1,
+      effects: 1,
+      claims: [{ status: 'done', attempts: 1 }],
+    });
+
+    // Still the one connection, holding both statements: the foreign one untouched, the library's
+    // claim under a name of its own.
+    const prepared = (await dataSource.query(
+      `SELECT pg_backend_pid() AS pid, array_agg(name::text) AS names,
+              bool_or(name = $1 AND statement LIKE '%FROM (SELECT $1, $2, $3, $4) AS given%') AS foreign_kept
+       FROM pg_prepared_statements WHERE name LIKE 'idempotency_transaction_claim%'`,
+      [OLD_CLAIM_NAME],
+    )) as { pid: number; names: string[]; foreign_kept: boolean }[];
+    expect({ ...prepared[0], names: prepared[0].names.sort() }).toEqual({
+      pid,
+      names: [OLD_CLAIM_NAME, CLAIM_SQL.transactionClaim.name].sort(),
+      foreign_kept: true,
+    });
+  });
+});

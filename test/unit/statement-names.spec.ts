@@ -1,0 +1,67 @@
+import { describe, expect, it } from '@jest/globals';
+import { claimTable } from '../../lib/postgres/claim-table.js';
+import { claimStatements, statementName, type ClaimStatements } from '../../lib/postgres/claim.sql.js';
+
+/** Every named statement of a table's set, by role. */
+function named(statements: ClaimStatements): [string, { name: string; text: string }][] {
+  return Object.entries(statements).filter(([role]) => role !== 'table') as [
+    string,
+    { name: string; text: string },
+  ][];
+}
+
+/** PostgreSQL cuts identifiers at 63 bytes: two names equal up to there would be one statement. */
+const MAX_IDENTIFIER_BYTES = 63;
+
+/**
+ * The names statements are prepared under carry a hash of their text: a connection that holds
+ * another release's (or another copy's) statement under a name can never be taken to hold ours.
+ */
+describe('prepared statement names', () => {
+  const TEXT = 'SELECT status FROM "processed_events" WHERE scope = $1 AND event_key = $2';
+
+  it('stay the same for the same role and text, in every call', () => {
+    expect(statementName('claim_state', TEXT)).toBe(statementName('claim_state', TEXT));
+    expect(statementName('claim_state', TEXT)).toMatch(/^idempotency_claim_state_[0-9a-f]{16}$/);
+    // Built twice from scratch, the set's names agree: two processes of one release share them.
+    const once = named(claimStatements(claimTable(undefined))).map(([role, { name }]) => [role, name]);
+    const again = named(claimStatements(claimTable(undefined))).map(([role, { name }]) => [role, name]);
+    expect(again).toEqual(once);
+  });
+
+  it('differ when only the text differs, even by one character or by whitespace', () => {
+    const base = statementName('claim_state', TEXT);
+    expect(statementName('claim_state', TEXT.replace('$2', '$3'))).not.toBe(base);
+    expect(statementName('claim_state', `${TEXT} `)).not.toBe(base);
+    expect(statementName('claim_state', TEXT.replace('status', 'Status'))).not.toBe(base);
+    // And when only the role differs.
+    expect(statementName('current_attempt', TEXT)).not.toBe(base);
+  });
+
+  it("differ between statements of different texts, across a set and two tables' sets", () => {
+    const standard = named(claimStatements(claimTable(undefined)));
+    const billing = named(claimStatements(claimTable('billing', 'webhook_claims')));
+    const all = [...standard, ...billing];
+    // One name per text: a statement that names no table (restoring lock_timeout) is the same
+    // statement for both tables and may share its name; any two texts that differ may not.
+    const texts = new Map(all.map(([, statement]) => [statement.name, statement.text]));
+    expect(texts.size).toBe(new Set(all.map(([, statement]) => statement.text)).size);
+    expect(standard.filter(([, statement]) => statement.text.includes('"processed_events"'))).toHaveLength(
+      standard.length - 1,
+    );
+    for (const [role, statement] of all) {
+      // Each name is the one its role and its own text give, and fits in an identifier uncut.
+      const snake = role.replace(/[A-Z]/g, (letter) => `_${letter.toLowerCase()}`);
+      expect(statement.name).toBe(statementName(snake, statement.text));
+      expect(Buffer.byteLength(statement.name)).toBeLessThanOrEqual(MAX_IDENTIFIER_BYTES);
+    }
+  });
+
+  it('never give the transaction claim the name the previous release used, whatever the table', () => {
+    for (const table of [claimTable(undefined), claimTable('billing', 'webhook_claims')]) {
+      const { transactionClaim } = claimStatements(table);
+      expect(transactionClaim.name).not.toBe('idempotency_transaction_claim');
+      expect(transactionClaim.name.startsWith('idempotency_transaction_claim_')).toBe(true);
+    }
+  });
+});
