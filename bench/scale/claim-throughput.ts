@@ -73,7 +73,11 @@ async function runClaims(
           } else {
             const token = randomUUID();
             const claimed = await client.query(
-              claimQuery(statements.leaseClaim, [scope, key, source, token, DEFAULTS.leaseMs], true),
+              claimQuery(
+                statements.leaseClaim,
+                [scope, key, source, token, DEFAULTS.leaseMs, '5000ms'],
+                true,
+              ),
             );
             if (claimed.rows[0]?.claimed !== true) failures++;
             const completed = await client.query(

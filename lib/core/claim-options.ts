@@ -10,22 +10,48 @@ import {
 import type { IdempotencyClaimOptions } from '../interfaces/index.js';
 import { IDEMPOTENCY_MODES } from '../strategies/claim-strategies.js';
 import type { ClaimSpec } from './claim-strategy.js';
+import { closest } from './closest-name.js';
 import { Propagation, PROPAGATIONS } from './propagation.js';
 
 /** The claims table's scope and source columns are varchar(255). */
 const MAX_SCOPE_LENGTH = 255;
 
 /**
+ * Every option a claim takes; a decorator adds its own (`key`, `signature`, ...). The Record type
+ * makes a new claim option that is not listed here a compile error.
+ */
+const CLAIM_OPTIONS: Record<keyof IdempotencyClaimOptions, true> = {
+  scope: true,
+  source: true,
+  mode: true,
+  external: true,
+  leaseMs: true,
+  heartbeat: true,
+  propagation: true,
+};
+
+/** An option the decorator does not have, with the nearest it does. */
+const unknownClaimOption = (name: string, suggestion: string | undefined) =>
+  `has no option ${name}${suggestion ? `; did you mean ${suggestion}?` : ''}`;
+
+/**
  * Checks a handler's claim options and resolves them to the spec its deliveries run with. A
  * mistake is a TypeError naming `where` (the decorator, or the service call), thrown when the
- * decorator is evaluated, so it fails at import rather than at the first event.
+ * decorator is evaluated, so it fails at import rather than at the first event. An option the
+ * caller does not take (`extrnal: true` built in a variable, or written in JavaScript) is one:
+ * ignored, it would leave the handler in transaction mode; `own` lists the caller's own options.
  */
 export function resolveClaimSpec(
   where: string,
   options: IdempotencyClaimOptions,
   defaultScope: string,
+  own: readonly string[] = [],
 ): ClaimSpec {
   const fail = (detail: string) => new TypeError(badClaimOption(where, detail));
+  const known = [...Object.keys(CLAIM_OPTIONS), ...own];
+  for (const name of Object.keys(options ?? {})) {
+    if (!known.includes(name)) throw fail(unknownClaimOption(name, closest(name, known)));
+  }
   const scope = options.scope ?? defaultScope;
   if (typeof scope !== 'string' || scope.length === 0)
     throw fail(claimOptionType('scope', 'a non-empty string'));

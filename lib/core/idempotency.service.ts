@@ -74,7 +74,7 @@ export class IdempotencyService implements OnModuleInit {
     if (typeof options?.scope !== 'string') {
       throw new TypeError(runNeedsScope());
     }
-    const spec = resolveClaimSpec('IdempotencyService.run', options, options.scope);
+    const spec = resolveClaimSpec('IdempotencyService.run', options, options.scope, ['key']);
     return this.runChecked(spec, checkIdempotencyKey(spec.scope, options.key, this.config.maxKeyLength), fn);
   }
 

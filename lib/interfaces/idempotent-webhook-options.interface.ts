@@ -85,6 +85,12 @@ export type WebhookSignatureName = 'stripe' | 'github' | 'standard-webhooks' | '
 export interface IdempotentOptions<Args extends any[] = any[]> extends IdempotencyClaimOptions {
   /** Returns the event's identity from the method's arguments, e.g. `(job) => job.data.eventId`. */
   key: (...args: Args) => unknown;
+  /**
+   * What a call for an event already done resolves with (the method does not run), from the same
+   * arguments and `this`: how a caller tells a replay from a result, e.g. `() => 'replayed'`.
+   * @default undefined (a replay resolves undefined)
+   */
+  onReplay?: (...args: Args) => unknown;
 }
 
 /** Options of `IdempotencyService.run()`. */

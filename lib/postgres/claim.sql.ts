@@ -67,8 +67,11 @@ export interface ClaimStatements {
    * UNION ALL of the state read) saved that round trip but made every new key's claim about 11%
    * more expensive in PostgreSQL (measured side by side, 10 connections), and most deliveries are
    * new keys. Sent again with the same token (its answer was lost with the connection), it takes
-   * back its own lease rather than finding it held.
-   * $1 scope, $2 key, $3 source, $4 lease token, $5 lease ms.
+   * back its own lease rather than finding it held. An open transaction-mode claim of the same
+   * scope (a handler that switched modes) holds the row's lock: the wait for it is bounded as a
+   * transaction-mode duplicate's is (`lock_timeout`, local to the statement's own transaction),
+   * and answered in flight when it runs out.
+   * $1 scope, $2 key, $3 source, $4 lease token, $5 lease ms, $6 lock_timeout ('5000ms').
    */
   readonly leaseClaim: ClaimStatement;
   /**
@@ -172,9 +175,11 @@ WHERE pe.status = 'failed'`,
     leaseClaim: named(
       'lease_claim',
       `
+WITH bound AS (SELECT set_config('lock_timeout', $6, true) AS applied)
 INSERT INTO ${t} AS pe
   (scope, event_key, source, status, attempts, lease_token, claimed_at, lease_expires_at)
-VALUES ($1, $2, $3, 'in_progress', 1, $4, now(), now() + $5::double precision * interval '1 millisecond')
+SELECT $1, $2, $3, 'in_progress', 1, $4, now(), now() + $5::double precision * interval '1 millisecond'
+FROM bound
 ON CONFLICT (scope, event_key) DO UPDATE SET
   status = 'in_progress',
   attempts = CASE WHEN pe.lease_token = EXCLUDED.lease_token THEN pe.attempts ELSE pe.attempts + 1 END,

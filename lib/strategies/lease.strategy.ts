@@ -16,7 +16,7 @@ import {
 import { IdempotencyMetrics } from '../idempotency.metrics.js';
 import type { IdempotencyConfig } from '../interfaces/index.js';
 import { ClaimDatabase } from '../postgres/claim-database.js';
-import { errorMessage, isConnectionError } from '../postgres/pg-errors.js';
+import { errorCode, errorMessage, isConnectionError, LOCK_NOT_AVAILABLE } from '../postgres/pg-errors.js';
 import type { ClaimStatement } from '../postgres/statement-executor.js';
 import { databaseUnavailableError } from './database-unavailable.js';
 import { isRefusal } from './handler-refusal.js';
@@ -46,6 +46,9 @@ const refusalNotRemoved = (scope: string, key: string, error: unknown) =>
   `Could not remove the claim of ${key} (${scope}) after its handler refused it ` +
   `(${errorMessage(error)}); it becomes claimable when its lease expires`;
 
+/** The claim's lock_timeout ran out: another delivery holds the row (answered in flight). */
+class LockWaitExceeded extends Error {}
+
 /**
  * External mode: a three-state claim for work that leaves the database. A live lease held
  * elsewhere is answered in flight (never success for unfinished work); an expired lease or a
@@ -58,12 +61,17 @@ export class LeaseStrategy implements ClaimStrategy, OnModuleDestroy {
   /** Aborted at shutdown: failure marks still being resent stop, and their leases expire. */
   private readonly stopping = new AbortController();
 
+  /** lock_timeout of the claim, as transaction mode's: 0 would mean "wait forever". */
+  private readonly lockTimeout: string;
+
   constructor(
     private readonly database: ClaimDatabase,
     @Inject(IDEMPOTENCY_CONFIG) private readonly config: IdempotencyConfig,
     private readonly metrics: IdempotencyMetrics,
     private readonly retryAfter: RetryAfterEstimator,
-  ) {}
+  ) {
+    this.lockTimeout = `${Math.max(1, Math.ceil(config.concurrentDuplicateWaitMs))}ms`;
+  }
 
   onModuleDestroy(): void {
     this.stopping.abort();
@@ -155,7 +163,24 @@ export class LeaseStrategy implements ClaimStrategy, OnModuleDestroy {
       // One token per claim, kept when the claim is resent after a lost connection: the resend
       // then takes back its own lease (see ClaimStatements.leaseClaim).
       const token = randomUUID();
-      const rows = await this.query(spec, key, leaseClaim, [spec.scope, key, spec.source, token, leaseMs]);
+      const parameters = [spec.scope, key, spec.source, token, leaseMs, this.lockTimeout];
+      let rows: Record<string, any>[];
+      try {
+        rows = await this.query(spec, key, leaseClaim, parameters);
+      } catch (error) {
+        if (!(error instanceof LockWaitExceeded)) throw error;
+        // An open transaction-mode claim of the scope held the row past concurrentDuplicateWaitMs.
+        this.metrics.count('in_flight', spec.scope, key);
+        const { concurrentDuplicateWaitMs, retryAfterSeconds } = this.config;
+        return {
+          kind: 'in_flight',
+          retryAfterSeconds: this.retryAfter.seconds(
+            spec.scope,
+            concurrentDuplicateWaitMs,
+            retryAfterSeconds,
+          ),
+        };
+      }
       if (rows[0]?.claimed) return { kind: 'claimed', token, attempt: Number(rows[0].attempts) };
       // Nothing claimed: done, or held by a live lease, or gone since the conflict. Read which.
       const [state] = await this.query(spec, key, claimState, [spec.scope, key]);
@@ -346,13 +371,17 @@ export class LeaseStrategy implements ClaimStrategy, OnModuleDestroy {
     return timer;
   }
 
-  /** A claim-path query; infrastructure failures become IdempotencyUnavailableError. */
+  /**
+   * A claim-path query; infrastructure failures become IdempotencyUnavailableError, a lock wait
+   * that ran out (an answer, not a failure) LockWaitExceeded.
+   */
   private async query(spec: ClaimSpec, key: string, statement: ClaimStatement, parameters: unknown[]) {
     try {
       // The claim is resent with its token after a lost connection: it takes back its own lease.
       const { result } = await this.database.executor.executeResending(statement, parameters);
       return result.rows as Record<string, any>[];
     } catch (error) {
+      if (errorCode(error) === LOCK_NOT_AVAILABLE) throw new LockWaitExceeded();
       throw databaseUnavailableError(
         this.logger,
         (code) => claimFailedLog(spec.scope, key, code, error),

@@ -242,9 +242,17 @@ export class TransactionStrategy implements ClaimStrategy {
       }
       throw this.unavailable(spec, key, error, claimFailedLog);
     }
-    // Neither changed anything: the claim inserted nothing and the reclaim matched nothing.
-    if (found.kind === 'done') return this.replayed(spec, key);
-    if (found.kind === 'leased') return this.inFlight(spec, key, found.heldMs, found.secondsLeft);
+    if (found.kind !== 'claimed') {
+      // Nothing was claimed, but the claim bounded the transaction's lock_timeout to a
+      // duplicate's wait: rolling back to the savepoint puts the enclosing delivery's back.
+      try {
+        await transaction.rollbackTo(savepoint);
+      } catch (error) {
+        throw this.unavailable(spec, key, error, claimFailedLog);
+      }
+      if (found.kind === 'done') return this.replayed(spec, key);
+      return this.inFlight(spec, key, found.heldMs, found.secondsLeft);
+    }
     let value: T;
     try {
       value = await work(transaction);

@@ -7,6 +7,9 @@ import { missingKeyFunction, unknownSignatureName } from '../idempotency.message
 import type { IdempotencyKeyExtractor, IdempotentWebhookOptions } from '../interfaces/index.js';
 import { IdempotencyInterceptor } from './idempotency.interceptor.js';
 
+/** `@IdempotentWebhook`'s options beside the claim's. */
+const WEBHOOK_OPTIONS = ['key', 'signature'] as const satisfies readonly (keyof IdempotentWebhookOptions)[];
+
 /** What the decorator stores: the claim spec, resolved once, and the key extractor. */
 export interface IdempotentWebhookMetadata extends ClaimSpec {
   key: IdempotencyKeyExtractor;
@@ -51,6 +54,7 @@ export function IdempotentWebhook(options: IdempotentWebhookOptions): MethodDeco
       '@IdempotentWebhook',
       options,
       `${target.constructor.name}.${String(propertyKey)}`,
+      WEBHOOK_OPTIONS,
     );
     const metadata: IdempotentWebhookMetadata = { ...spec, key };
     applyDecorators(

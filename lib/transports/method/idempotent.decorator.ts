@@ -4,7 +4,13 @@ import type { ClaimSpec } from '../../core/claim-strategy.js';
 import { extractIdempotencyKey } from '../../core/idempotency-key.js';
 import { IdempotencyService } from '../../core/idempotency.service.js';
 import { IDEMPOTENCY_CONFIG, IDEMPOTENT_METHOD_METADATA } from '../../idempotency.constants.js';
-import { methodNotBound, missingKeyFunction, notAMethod } from '../../idempotency.messages.js';
+import {
+  badClaimOption,
+  claimOptionType,
+  methodNotBound,
+  missingKeyFunction,
+  notAMethod,
+} from '../../idempotency.messages.js';
 import type { IdempotencyConfig, IdempotentOptions } from '../../interfaces/index.js';
 
 /** What `@Idempotent` stores on the method: the claim spec, resolved once, and the key extractor. */
@@ -26,36 +32,51 @@ interface Bound {
   [CONFIG]?: IdempotencyConfig;
 }
 
+/** `@Idempotent`'s options beside the claim's. */
+const METHOD_OPTIONS = ['key', 'onReplay'] as const satisfies readonly (keyof IdempotentOptions)[];
+
 /**
  * Makes a provider method idempotent where no interceptor runs: a `@nestjs/bullmq`
  * `WorkerHost.process(job)`, a cron job, any service method. The method runs once per event
  * under a claim (transaction mode by default: write through `IdempotencyContext.manager`);
- * a replayed event returns undefined without running it; a duplicate in flight rejects with
- * EventInFlightError, so a queue retries it with its backoff.
+ * a duplicate in flight rejects with EventInFlightError, so a queue retries it with its backoff.
+ * A replayed event does not run the method: the call resolves with what `onReplay` returns for
+ * the same arguments, or `undefined` without it (give `onReplay` to tell a replay from a result).
  *
  * ```ts
  * @Processor('payments')
  * export class PaymentsProcessor extends WorkerHost {
  *   constructor(private readonly context: IdempotencyContext) { super(); }
  *
- *   @Idempotent({ key: (job: Job<PaymentEvent>) => job.data.eventId })
- *   async process(job: Job<PaymentEvent>) {
+ *   @Idempotent({ key: (job: Job<PaymentEvent>) => job.data.eventId, onReplay: () => 'replayed' })
+ *   async process(job: Job<PaymentEvent>): Promise<'recorded' | 'replayed'> {
  *     await this.context.manager.insert(Payment, { eventId: job.data.eventId });
+ *     return 'recorded';
  *   }
  * }
  * ```
  *
- * The method is replaced by a wrapper that keeps its name and every metadata key set on it, so
- * decorators applied before or after (`@Cron`, `@OnEvent`, your own) still see it.
+ * The method must return a Promise (it is made to wait for its claim; a synchronous method does
+ * not compile). It is replaced by a wrapper that keeps its name and every metadata key set on it,
+ * so decorators applied before or after (`@Cron`, `@OnEvent`, your own) still see it.
  */
-export function Idempotent<Args extends any[] = any[]>(options: IdempotentOptions<Args>): MethodDecorator {
+export function Idempotent<Args extends any[] = any[]>(
+  options: IdempotentOptions<Args>,
+): (
+  target: object,
+  propertyKey: string | symbol,
+  descriptor: TypedPropertyDescriptor<(...args: Args) => Promise<any>>,
+) => void {
   if (typeof options?.key !== 'function') throw new TypeError(missingKeyFunction('@Idempotent'));
-  const { key } = options;
-  return (target, propertyKey, descriptor: PropertyDescriptor) => {
+  const { key, onReplay } = options;
+  if (onReplay !== undefined && typeof onReplay !== 'function') {
+    throw new TypeError(badClaimOption('@Idempotent', claimOptionType('onReplay', 'a function')));
+  }
+  return (target, propertyKey, descriptor) => {
     const original = descriptor.value as (...args: Args) => unknown;
     const scope = `${target.constructor.name}.${String(propertyKey)}`;
     if (typeof original !== 'function') throw new TypeError(notAMethod(scope));
-    const spec = resolveClaimSpec('@Idempotent', options, scope);
+    const spec = resolveClaimSpec('@Idempotent', options, scope, METHOD_OPTIONS);
     const metadata: IdempotentMethodMetadata = { ...spec, key };
 
     const wrapper = function (this: Bound, ...args: Args): Promise<unknown> {
@@ -70,12 +91,15 @@ export function Idempotent<Args extends any[] = any[]>(options: IdempotentOption
       }
       return service
         .runChecked(spec, claimKey, () => original.apply(this, args))
-        .then((result) => (result.status === 'processed' ? result.value : undefined));
+        .then((result) => {
+          if (result.status === 'processed') return result.value;
+          return onReplay ? onReplay.apply(this, args) : undefined;
+        });
     };
     Object.defineProperty(wrapper, 'name', { value: original.name });
     copyMethodMetadata(original, wrapper);
     Reflect.defineMetadata(IDEMPOTENT_METHOD_METADATA, metadata, wrapper);
-    descriptor.value = wrapper;
+    descriptor.value = wrapper as (...args: Args) => Promise<any>;
 
     if (!Object.prototype.hasOwnProperty.call(target, SERVICE)) {
       Inject(IdempotencyService)(target, SERVICE);

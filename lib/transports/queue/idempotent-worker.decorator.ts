@@ -7,6 +7,9 @@ import { isQueueName } from './handoff-options.js';
 /** Metadata key under which `@IdempotentWorker` stores its resolved options on the method. */
 export const IDEMPOTENT_WORKER_METADATA = 'idempotency:worker';
 
+/** `@IdempotentWorker`'s own option beside the claim's (taken out before the claim's are checked). */
+const WORKER_OPTIONS = ['concurrency'] as const;
+
 /** The most jobs one worker runs at once in a process: each holds a pool connection. */
 const MAX_CONCURRENCY = 1_000;
 
@@ -54,10 +57,10 @@ export function IdempotentWorker(queue: string, options: IdempotentWorkerOptions
     );
   }
   // Checked now, so a mistake fails at import; the scope is known only once the method is.
-  resolveClaimSpec('@IdempotentWorker', claim, 'IdempotentWorker');
+  resolveClaimSpec('@IdempotentWorker', claim, 'IdempotentWorker', WORKER_OPTIONS);
   return (target, propertyKey, descriptor: PropertyDescriptor) => {
     const scope = `${target.constructor.name}.${String(propertyKey)}`;
-    const spec = resolveClaimSpec('@IdempotentWorker', claim, scope);
+    const spec = resolveClaimSpec('@IdempotentWorker', claim, scope, WORKER_OPTIONS);
     const metadata: IdempotentWorkerMetadata = {
       queue,
       spec,

@@ -1,0 +1,89 @@
+import 'reflect-metadata';
+import { describe, expect, it } from '@jest/globals';
+import { Idempotent, IdempotentWebhook, IdempotentWorker } from '../../lib/index.js';
+
+/** Applies a method decorator to a fresh class's `handle`, as TypeScript would. */
+function apply(decorator: (target: object, key: string, descriptor: PropertyDescriptor) => void): void {
+  class Handlers {
+    async handle(): Promise<void> {}
+  }
+  decorator(Handlers.prototype, 'handle', Object.getOwnPropertyDescriptor(Handlers.prototype, 'handle')!);
+}
+
+const key = (event: { id: string }) => event.id;
+/** Options as JavaScript, or an object built elsewhere, would pass them: not checked by TypeScript. */
+const loose = (options: Record<string, unknown>) => options as never;
+
+describe('decorator options', () => {
+  it.each([
+    ['@IdempotentWebhook', { key, extrnal: true }, 'extrnal', 'external'],
+    ['@IdempotentWebhook', { key, external: true, leaseMS: 1_000 }, 'leaseMS', 'leaseMs'],
+    ['@IdempotentWebhook', { key, signatur: 'stripe' }, 'signatur', 'signature'],
+    ['@IdempotentWebhook', { key, propagaton: 'never' }, 'propagaton', 'propagation'],
+    ['@Idempotent', { key, onreplay: () => 1 }, 'onreplay', 'onReplay'],
+    ['@Idempotent', { key, scopes: 'x' }, 'scopes', 'scope'],
+  ] as const)('%s refuses %j at decoration, suggesting the option meant', (where, options, wrong, meant) => {
+    const decorate = () =>
+      where === '@IdempotentWebhook'
+        ? apply(IdempotentWebhook(loose(options)) as never)
+        : apply(Idempotent(loose(options)) as never);
+    expect(decorate).toThrow(TypeError);
+    expect(decorate).toThrow(`${where} has no option ${wrong}; did you mean ${meant}?`);
+  });
+
+  it('says only what is wrong when no option is near', () => {
+    expect(() => apply(IdempotentWebhook(loose({ key, retries: 3 })) as never)).toThrow(
+      '@IdempotentWebhook has no option retries',
+    );
+    expect(() => apply(IdempotentWebhook(loose({ key, retries: 3 })) as never)).not.toThrow('did you mean');
+  });
+
+  it('@IdempotentWorker refuses an unknown option too', () => {
+    expect(() => IdempotentWorker('jobs', loose({ concurency: 2 }))).toThrow(
+      '@IdempotentWorker has no option concurency; did you mean concurrency?',
+    );
+  });
+
+  it('refuses an onReplay that is not a function', () => {
+    expect(() => Idempotent(loose({ key, onReplay: 'replayed' }))).toThrow(
+      '@Idempotent onReplay must be a function',
+    );
+  });
+
+  it('accepts every documented option', () => {
+    expect(() =>
+      apply(
+        IdempotentWebhook({
+          key,
+          scope: 's',
+          source: 'src',
+          external: true,
+          leaseMs: 1_000,
+          heartbeat: true,
+          propagation: 'requiresNew',
+        }) as never,
+      ),
+    ).not.toThrow();
+    expect(() =>
+      apply(Idempotent({ key, onReplay: () => 'replayed', propagation: 'never' }) as never),
+    ).not.toThrow();
+  });
+});
+
+/**
+ * Compile-time checks (npm run typecheck compiles this file): `@Idempotent` wants a method that
+ * returns a Promise, as nestjs-cls's `@UseCls` does; a synchronous one would silently become
+ * asynchronous under the claim.
+ */
+export class TypedTargets {
+  @Idempotent({ key: (id: string) => id })
+  async handled(id: string): Promise<string> {
+    return id;
+  }
+
+  // @ts-expect-error a synchronous method does not compile under @Idempotent
+  @Idempotent({ key: (id: string) => id })
+  synchronous(id: string): string {
+    return id;
+  }
+}
