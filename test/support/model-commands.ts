@@ -12,7 +12,7 @@ import {
 import { REPLICAS, type Answer, type ModelApp, type ModelSystem, type Parking } from './model-system.js';
 
 /** One step of a run: fast-check's command over the reference model and the real system. */
-type ModelCommand = fc.AsyncCommand<ReferenceModel, ModelSystem>;
+export type ModelCommand = fc.AsyncCommand<ReferenceModel, ModelSystem>;
 
 /** Redeliveries per event when the run ends, each after a short pause on a "retry later". */
 const DRAIN_TRIES = 60;
@@ -334,8 +334,8 @@ class RestartDatabase implements ModelCommand {
   async run(model: ReferenceModel, system: ModelSystem): Promise<void> {
     const app = system.replica(this.slot);
     const { parked, probe } = this;
-    // External effects park before their call: a call made in a transaction that the restart
-    // then rolls back would be made again, which is what external mode exists for.
+    // External effects park before their call, so that in external mode the call is made with the
+    // database back and its completion lands.
     const point: ModelPoint = parked && model.isExternalEffect(parked) ? 'before-effect' : 'after-effect';
     if (parked) model.touch(parked);
     const parking = parked
@@ -359,11 +359,17 @@ class RestartDatabase implements ModelCommand {
       mode: modeIn(app, probe),
     });
     if (parked && parking) {
-      await judge(model, system, parked, await parking.answer, {
+      const answer = await parking.answer;
+      const mode = modeIn(app, parked);
+      // The switchable handler in transaction mode, let go, calls in a transaction the restart
+      // has ended: the call stands, the claim does not, and the redelivery calls again.
+      if (parking.parked && mode === 'transaction' && answer.status === 503)
+        model.transactionLostAfterCall(parked);
+      await judge(model, system, parked, answer, {
         during: parking.parked
           ? `parked across the restart in pid ${app.pid}, let go`
           : `delivered to pid ${app.pid}`,
-        mode: modeIn(app, parked),
+        mode,
       });
     }
   }

@@ -55,10 +55,12 @@ interface EventState {
   /** Answers 200 without the replayed header: the handler ran and its work was committed. */
   processedAnswers: number;
   /**
-   * Downstream calls made by deliveries SIGKILLed after their call and before their completion:
-   * the one case where the promise lets an external call happen again.
+   * Downstream calls whose delivery's work was lost after the call: SIGKILLed between its call
+   * and its completion, or a transaction-mode handler (the switchable scope's) whose transaction
+   * died with the database after it called. No claim can take back a call already made, so the
+   * promise lets such a call happen again; this is what external mode is for.
    */
-  callsAtKills: number;
+  repeatableCalls: number;
   /** A SIGKILLed external-mode holder's lease, not yet expired or taken over. */
   deadLease: boolean;
   /** What happened to it, in order, for the failure message. */
@@ -67,8 +69,8 @@ interface EventState {
 
 /**
  * The reference model: the library's promise, stated per event. Every event delivered ends with
- * its effect exactly once (one row per effect kind; one downstream call, except a call made by a
- * process killed before it could record it); every 2xx answer comes after the effect is there;
+ * its effect exactly once (one row per effect kind; one downstream call, except a call whose
+ * delivery was killed, or lost its transaction, before it could record it); every 2xx answer comes after the effect is there;
  * no delivery is processed twice; the only other answers are "retry later" (409 or 503 with
  * Retry-After) and the handler's own failure when the delivery asked for one.
  */
@@ -107,7 +109,7 @@ export class ReferenceModel {
         id,
         touched: false,
         processedAnswers: 0,
-        callsAtKills: 0,
+        repeatableCalls: 0,
         deadLease: false,
         story: [],
       };
@@ -140,8 +142,16 @@ export class ReferenceModel {
   /** A delivery of `event` parked at `point` was SIGKILLed. */
   killed(event: EventRef, point: ModelPoint, mode: ModelMode): void {
     const state = this.state(event);
-    if (this.isExternalEffect(event) && point === 'after-effect') state.callsAtKills++;
+    if (this.isExternalEffect(event) && point === 'after-effect') state.repeatableCalls++;
     if (mode === 'external') state.deadLease = true;
+  }
+
+  /**
+   * A transaction-mode delivery of `event` that made its downstream call lost its transaction
+   * with the database connection (answered 503): the redelivery calls again.
+   */
+  transactionLostAfterCall(event: EventRef): void {
+    if (this.isExternalEffect(event)) this.state(event).repeatableCalls++;
   }
 
   /** The dead holder's lease of `event` ran out. */
@@ -215,11 +225,11 @@ export class ReferenceModel {
       if (this.isExternalEffect(event)) {
         const calls = effect.calls.length;
         if (calls === 0) this.broken(event, 'ends with no downstream call: its effect was lost');
-        if (calls - state.callsAtKills > 1)
+        if (calls - state.repeatableCalls > 1)
           this.broken(
             event,
             `ends with ${calls} downstream calls (from pids ${effect.calls.join(', ')}), ` +
-              `of which only ${state.callsAtKills} came from deliveries killed after their call`,
+              `of which only ${state.repeatableCalls} came from deliveries whose work was lost after the call`,
           );
       } else {
         const kinds = event.route === 'tx' ? ['tx'] : ['outer', 'inner'];
