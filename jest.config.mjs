@@ -7,8 +7,9 @@ export default {
   rootDir: '.',
   roots: ['<rootDir>/test'],
   testMatch: ['**/*.spec.ts', '**/*.e2e-spec.ts'],
-  // The packaging tests' apps are run by their own test runners, from a temporary copy.
-  testPathIgnorePatterns: ['/node_modules/', '<rootDir>/test/packaging/apps/'],
+  // The packaging tests' apps are run by their own test runners, from a temporary copy. The
+  // model-based test takes minutes: `npm run test:model` runs it (jest.model.config.mjs).
+  testPathIgnorePatterns: ['/node_modules/', '<rootDir>/test/packaging/apps/', '<rootDir>/test/model/'],
   modulePathIgnorePatterns: ['<rootDir>/test/packaging/apps/'],
   extensionsToTreatAsEsm: ['.ts'],
   moduleNameMapper: { '^(\\.{1,2}/.*)\\.js$': '$1' },

@@ -1,0 +1,284 @@
+import { resolve } from 'node:path';
+import request from 'supertest';
+import { DataSource } from 'typeorm';
+import { expireLease } from '../../lib/testing/index.js';
+import {
+  MODEL_SCHEMA,
+  type ModelDelivery,
+  type ModelMode,
+  type ModelSettings,
+} from '../fixtures/model-webhooks.fixture.js';
+import type { AdapterName } from './app.js';
+import { startChildApp, type ChildApp } from './child-app.js';
+import { CountingDownstream } from './counting-downstream.js';
+import { createTestDatabase, lockWaiters, type TestDatabase } from './database.js';
+import { startPostgres, type PostgresServer } from './postgres-server.js';
+import { waitUntil, within } from './wait-until.js';
+
+const CHILD_ENTRY = resolve('dist/test/fixtures/model-child.js');
+
+/**
+ * Long enough to outlast a database restart while a handler holds its lease (the heartbeat
+ * fails while the server is down), so only a dead process's lease ever expires; those the test
+ * ends with expireLease(), as the time a dead worker's lease takes to run out.
+ */
+const LEASE_MS = 20_000;
+/** A duplicate in the same process waits this long for the first delivery, then 409. */
+const DUPLICATE_WAIT_MS = 250;
+/** A real API's latency, so a downstream call takes time as it would. */
+const DOWNSTREAM_LATENCY_MS = 10;
+/** Bounds every request, so a hung delivery fails the run naming it instead of hanging it. */
+const REQUEST_TIMEOUT_MS = 30_000;
+/** App processes serving at once, as replicas behind a load balancer. */
+export const REPLICAS = 2;
+/** Bounds a handler's arrival at its gate. */
+const GATE_TIMEOUT_MS = 20_000;
+
+/** One release of the app: the platform and the mode the switchable scope is deployed with. */
+export interface Release {
+  adapter: AdapterName;
+  switchMode: ModelMode;
+}
+
+/** What a delivery was answered, as the model judges it. */
+export interface Answer {
+  /** 0 when no answer came (the process died, the connection was cut). */
+  status: number;
+  replayed: boolean;
+  retryAfter?: string;
+  body: unknown;
+  /** The transport error when status is 0. */
+  error?: string;
+}
+
+/** A delivery parked at its gate in a running app (or answered before it got there). */
+export interface Parking {
+  /** False when the handler never reached its gate: the event was done already, or in flight. */
+  parked: boolean;
+  app: ModelApp;
+  answer: Promise<Answer>;
+  /** Lets the parked handler go on. */
+  open(): void;
+}
+
+/** A running release of the model app (a child process). */
+export interface ModelApp {
+  release: Release;
+  child: ChildApp;
+  pid: number;
+}
+
+/** Effects of one event, as read from the database and the downstream. */
+export interface EventEffects {
+  rows: Record<string, number>;
+  /** Downstream calls, with the pid of the process that made each. */
+  calls: number[];
+}
+
+/**
+ * Everything real the model test drives: a PostgreSQL server of its own (so it can restart it),
+ * one database, the counting downstream, and two replicas of the app in child processes that the
+ * test redeploys and SIGKILLs. Lives for the whole test file; each fast-check run uses fresh event ids.
+ */
+export class ModelSystem {
+  /** The replicas deliveries go to, by slot: the same release, except inside a redeploy. */
+  private readonly replicas: (ModelApp | undefined)[] = [];
+  /** Every process started and not yet stopped (a redeploy's old replica included). */
+  private readonly running = new Set<ModelApp>();
+  private gates = 0;
+  private halted = false;
+
+  private constructor(
+    private readonly server: PostgresServer,
+    readonly db: TestDatabase,
+    readonly downstream: CountingDownstream,
+    /** A DataSource of the test's own, for lib/testing's expireLease(). */
+    private readonly dataSource: DataSource,
+  ) {}
+
+  static async start(): Promise<ModelSystem> {
+    const server = await startPostgres({ reuseDatabaseUrl: false });
+    const db = await createTestDatabase(server.adminUrl);
+    await db.pool.query(MODEL_SCHEMA);
+    const downstream = await CountingDownstream.start({ latencyMs: DOWNSTREAM_LATENCY_MS });
+    const dataSource = new DataSource({ type: 'postgres', url: db.url, extra: { max: 2 } });
+    await dataSource.initialize();
+    return new ModelSystem(server, db, downstream, dataSource);
+  }
+
+  /** The replica in `slot` (0 or 1). */
+  replica(slot: number): ModelApp {
+    const app = this.replicas[slot % REPLICAS];
+    if (!app) throw new Error(`no model app runs in slot ${slot % REPLICAS}`);
+    return app;
+  }
+
+  /** Starts a release in a new process, without routing anything to it yet. */
+  async boot(release: Release): Promise<ModelApp> {
+    const settings: ModelSettings = {
+      databaseUrl: this.db.url,
+      downstreamUrl: this.downstream.url,
+      switchMode: release.switchMode,
+      leaseMs: LEASE_MS,
+      concurrentDuplicateWaitMs: DUPLICATE_WAIT_MS,
+    };
+    const child = await startChildApp(release.adapter, settings, { entry: CHILD_ENTRY });
+    const app = { release, child, pid: child.process.pid! };
+    this.running.add(app);
+    return app;
+  }
+
+  /** Routes the deliveries of `slot` to `app` from now on (the previous one is the caller's to stop). */
+  route(slot: number, app: ModelApp): void {
+    this.replicas[slot % REPLICAS] = app;
+  }
+
+  /** Makes `release` the one every replica runs, booting those that run another; the database is up. */
+  async ensure(release: Release): Promise<void> {
+    if (this.halted) await this.resumeDatabase();
+    await Promise.all(
+      Array.from({ length: REPLICAS }, async (_, slot) => {
+        const running = this.replicas[slot];
+        if (
+          running &&
+          running.release.adapter === release.adapter &&
+          running.release.switchMode === release.switchMode
+        )
+          return;
+        this.route(slot, await this.boot(release));
+        if (running) await this.stop(running);
+      }),
+    );
+  }
+
+  /** SIGKILL: no shutdown hook runs; Postgres sees the connections die and rolls back. */
+  async kill(app: ModelApp): Promise<void> {
+    await app.child.kill();
+    this.forget(app);
+  }
+
+  /** Stops an app with nothing parked in it. */
+  async stop(app: ModelApp): Promise<void> {
+    await app.child.stop();
+    this.forget(app);
+  }
+
+  /** Kills every app and brings the database back: after a failed run, whatever it left parked. */
+  async reset(): Promise<void> {
+    await Promise.all([...this.running].map((app) => this.kill(app)));
+    if (this.halted) await this.resumeDatabase();
+  }
+
+  /** One delivery to `path` of `app`. */
+  async send(path: string, delivery: ModelDelivery, app: ModelApp): Promise<Answer> {
+    return send(app.child.url, path, delivery);
+  }
+
+  /**
+   * Sends a delivery that parks at `point` and resolves once its handler is there, or once it was
+   * answered without getting there (the event was done, or in flight elsewhere).
+   */
+  async park(path: string, delivery: Omit<ModelDelivery, 'gate'>, app: ModelApp): Promise<Parking> {
+    const gate = `${delivery.id}#${++this.gates}`;
+    const answer = send(app.child.url, path, { ...delivery, gate });
+    const parked = await within(
+      Promise.race([app.child.entered(gate).then(() => true), answer.then(() => false)]),
+      GATE_TIMEOUT_MS,
+      `the delivery of ${delivery.id} to reach its gate`,
+    );
+    return { parked, app, answer, open: () => void app.child.process.send({ open: gate }) };
+  }
+
+  /** Waits until `count` sessions wait on a row lock, or `settled` settles; bounded. */
+  async lockedOrSettled(count: number, settled: Promise<unknown>): Promise<void> {
+    let done = false;
+    settled.then(
+      () => (done = true),
+      () => (done = true),
+    );
+    await waitUntil(
+      async () => done || (await lockWaiters(this.db)) >= count,
+      `${count} deliveries waiting on the claim's row lock`,
+      GATE_TIMEOUT_MS,
+      20,
+    );
+  }
+
+  private forget(app: ModelApp): void {
+    this.running.delete(app);
+    const slot = this.replicas.indexOf(app);
+    if (slot >= 0) this.replicas[slot] = undefined;
+  }
+
+  /** Ends an in-progress lease now (lib/testing): a dead worker's lease running out. */
+  expireLease(scope: string, key: string): Promise<boolean> {
+    return expireLease(this.dataSource, scope, key);
+  }
+
+  /** A fast shutdown of the server: sessions terminated, new ones refused. */
+  async haltDatabase(): Promise<void> {
+    this.halted = true;
+    await this.server.halt();
+  }
+
+  async resumeDatabase(): Promise<void> {
+    await this.server.resume();
+    this.halted = false;
+  }
+
+  /** The effects of the events whose ids start with `prefix`, by event id. */
+  async effects(prefix: string): Promise<Map<string, EventEffects>> {
+    const effects = new Map<string, EventEffects>();
+    const of = (id: string) => {
+      let entry = effects.get(id);
+      if (!entry) effects.set(id, (entry = { rows: {}, calls: [] }));
+      return entry;
+    };
+    const { rows } = await this.db.pool.query<{ event_id: string; kind: string; n: string }>(
+      `SELECT event_id, kind, count(*) AS n FROM model_effects WHERE starts_with(event_id, $1)
+       GROUP BY event_id, kind`,
+      [prefix],
+    );
+    for (const row of rows) of(row.event_id).rows[row.kind] = Number(row.n);
+    for (const call of this.downstream.calls) {
+      if (call.eventId.startsWith(prefix)) of(call.eventId).calls.push(call.callerPid ?? 0);
+    }
+    return effects;
+  }
+
+  /** The claim rows of the events whose ids start with `prefix`: `scope key` → status. */
+  async claims(prefix: string): Promise<Map<string, string>> {
+    const { rows } = await this.db.pool.query<{ scope: string; event_key: string; status: string }>(
+      'SELECT scope, event_key, status FROM processed_events WHERE starts_with(event_key, $1)',
+      [prefix],
+    );
+    return new Map(rows.map((row) => [`${row.scope} ${row.event_key}`, row.status]));
+  }
+
+  async close(): Promise<void> {
+    await this.reset().catch(() => undefined);
+    await this.dataSource.destroy().catch(() => undefined);
+    await this.downstream.close();
+    await this.db.drop().catch(() => undefined);
+    await this.server.stop();
+  }
+}
+
+async function send(url: string, path: string, delivery: ModelDelivery): Promise<Answer> {
+  try {
+    const response = await request(url).post(path).send(delivery).timeout(REQUEST_TIMEOUT_MS);
+    return {
+      status: response.status,
+      replayed: response.headers['idempotent-replayed'] === 'true',
+      retryAfter: response.headers['retry-after'],
+      body: response.body,
+    };
+  } catch (error) {
+    return {
+      status: 0,
+      replayed: false,
+      body: undefined,
+      error: error instanceof Error ? error.message : String(error),
+    };
+  }
+}
