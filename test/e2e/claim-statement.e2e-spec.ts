@@ -382,7 +382,7 @@ describe.each(ADAPTERS)('one-round-trip transaction claim (%s)', (adapter) => {
           await client.query({
             name: CLAIM_SQL.leaseClaim.name,
             text: CLAIM_SQL.leaseClaim.text,
-            values: ['Warm.scope', warmKey, 'warm', randomUUID(), 60_000],
+            values: ['Warm.scope', warmKey, 'warm', randomUUID(), 60_000, '5000ms'],
           });
           await client.query('DEALLOCATE ALL');
         }
