@@ -1,6 +1,7 @@
 import { Module } from '@nestjs/common';
 import { DiscoveryModule } from '@nestjs/core';
 import { IdempotencyContext } from './core/idempotency-context.js';
+import { ClaimRunner } from './core/claim-runner.js';
 import { IdempotencyService } from './core/idempotency.service.js';
 import { JOB_ENQUEUER } from './core/job-enqueuer.js';
 import { SignatureGuardsExplorer } from './guards/signature-guards.explorer.js';
@@ -17,6 +18,7 @@ import { DELIVERY_TRANSPORT_REGISTRY, deliveryTransportProviders } from './trans
 import { IdempotencyExplorer } from './transports/idempotency.explorer.js';
 import { IdempotencyInterceptor } from './transports/idempotency.interceptor.js';
 import { HandoffMetrics } from './transports/queue/handoff-metrics.js';
+import { HandoffQueues } from './transports/queue/handoff-queues.service.js';
 import { QueueHandoff } from './transports/queue/queue-handoff.js';
 
 /**
@@ -46,6 +48,7 @@ import { QueueHandoff } from './transports/queue/queue-handoff.js';
     ClaimDatabase,
     RetryAfterEstimator,
     ...claimStrategyProviders,
+    ClaimRunner,
     IdempotencyService,
     ...deliveryTransportProviders,
     IdempotencyInterceptor,
@@ -57,6 +60,7 @@ import { QueueHandoff } from './transports/queue/queue-handoff.js';
     // The handoff to workers (pg-boss), idle without the handoff option.
     HandoffMetrics,
     QueueHandoff,
+    HandoffQueues,
     { provide: JOB_ENQUEUER, useExisting: QueueHandoff },
   ],
   // The interceptor is instantiated in whichever module declares the controller, and an
@@ -65,13 +69,14 @@ import { QueueHandoff } from './transports/queue/queue-handoff.js';
     IDEMPOTENCY_CONFIG,
     DELIVERY_TRANSPORT_REGISTRY,
     IdempotencyMetrics,
+    ClaimRunner,
     IdempotencyService,
     IdempotencyInterceptor,
     IdempotencyContext,
     ExpiredLeaseReporter,
     IdempotencyClaims,
     HandoffMetrics,
-    QueueHandoff,
+    HandoffQueues,
   ],
 })
 export class IdempotencyModule extends ConfigurableModuleClass {}

@@ -1,19 +1,61 @@
+/**
+ * The public surface: what an app imports, and nothing else. Internals (metadata keys, the claim
+ * runner, SQL executors, single migrations) stay out; tests reach them by relative import.
+ */
+
+// The module and its options.
 export { IdempotencyModule } from './idempotency.module.js';
-export { IDEMPOTENCY_MODULE_OPTIONS } from './idempotency.module-definition.js';
-export { IdempotencyService } from './core/idempotency.service.js';
-export { IdempotencyContext, type IdempotentDelivery } from './core/idempotency-context.js';
+export type {
+  IdempotencyModuleExtras,
+  IdempotencyModuleOptions,
+  WebhookSecretOptions,
+  TimestampedWebhookSecretOptions,
+  WebhookSignatureOptions,
+  HandoffOptions,
+  HandoffQueueOptions,
+} from './interfaces/index.js';
+
+// Making handlers idempotent: HTTP and microservice handlers, provider methods, plain calls, workers.
 export { IdempotentWebhook } from './transports/idempotent-webhook.decorator.js';
 export { WebhookTransaction } from './transports/webhook-transaction.decorator.js';
 export { Idempotent } from './transports/method/idempotent.decorator.js';
+export { IdempotentWorker } from './transports/queue/idempotent-worker.decorator.js';
+export { IdempotencyService } from './core/idempotency.service.js';
 export { IdempotencyInterceptor } from './transports/idempotency.interceptor.js';
+export { Propagation } from './core/propagation.js';
+export type {
+  IdempotencyClaimOptions,
+  IdempotencyKeyExtractor,
+  IdempotentOptions,
+  IdempotentRunOptions,
+  IdempotentRunResult,
+  IdempotentWebhookOptions,
+  IdempotentWorkerOptions,
+  WebhookSignatureName,
+} from './interfaces/index.js';
+export type { IdempotencyMode } from './strategies/claim-strategies.js';
 export type { DeliveryTransport, SettledResult } from './transports/delivery-transport.js';
-export type { IdempotencyRpcError } from './transports/rpc/rpc.transport.js';
+
+// Inside a delivery.
+export { IdempotencyContext, type IdempotentDelivery } from './core/idempotency-context.js';
+export type { EnqueueOptions, HandedOffEvent, HandoffJob } from './interfaces/index.js';
+
+// Keys of the senders the library knows.
 export {
-  EventInFlightException,
-  IdempotencyUnavailableException,
-  InvalidIdempotencyKeyException,
-  TransactionAbortedException,
-} from './transports/http/http-exceptions.js';
+  githubDeliveryKey,
+  shopifyWebhookKey,
+  standardWebhookKey,
+  stripeEventKey,
+} from './keys/webhook-keys.js';
+
+// Signature guards.
+export { WebhookSignatureGuard } from './guards/webhook-signature.guard.js';
+export { StripeSignatureGuard } from './guards/stripe-signature.guard.js';
+export { GithubSignatureGuard } from './guards/github-signature.guard.js';
+export { StandardWebhooksSignatureGuard } from './guards/standard-webhooks-signature.guard.js';
+export { ShopifySignatureGuard } from './guards/shopify-signature.guard.js';
+
+// Errors: one family, each an HttpException with its status (idempotency.errors.ts).
 export {
   EventInFlightError,
   IdempotencyError,
@@ -24,44 +66,44 @@ export {
   TransactionAbortedError,
   type IdempotencyErrorCode,
 } from './idempotency.errors.js';
-export { Propagation } from './core/propagation.js';
-export { IdempotencyMetrics } from './idempotency.metrics.js';
-export { ExpiredLeaseReporter } from './maintenance/expired-lease.reporter.js';
-export { IdempotencyClaims } from './operator/idempotency-claims.service.js';
+export { WebhookSignatureError, type SignatureFailure } from './guards/webhook-signature.error.js';
 export {
-  IdempotentWorker,
-  IDEMPOTENT_WORKER_METADATA,
-} from './transports/queue/idempotent-worker.decorator.js';
-export { QueueHandoff } from './transports/queue/queue-handoff.js';
-export { HandoffMetrics } from './transports/queue/handoff-metrics.js';
-export type { SqlExecutor } from './core/claim-strategy.js';
+  InvalidSignatureException,
+  MalformedSignatureException,
+  RawBodyUnavailableException,
+  UnreadableBodyException,
+  UnverifiableBodyException,
+} from './guards/signature-exceptions.js';
+export {
+  EventInFlightException,
+  IdempotencyUnavailableException,
+  InvalidIdempotencyKeyException,
+  TransactionAbortedException,
+} from './transports/http/http-exceptions.js';
+export type { IdempotencyRpcError } from './transports/rpc/rpc.transport.js';
+export { REPLAYED_HEADER } from './idempotency.constants.js';
+
+// The claims table: entity and migrations.
 export {
   IDEMPOTENCY_ENTITIES,
   idempotencyEntities,
   ProcessedEvent,
   type ProcessedEventStatus,
 } from './entities/processed-event.entity.js';
-export { CreateProcessedEvents1764547200000 } from './migrations/1764547200000-create-processed-events.migration.js';
-export { AddUnfinishedClaimsIndex1764892800000 } from './migrations/1764892800000-add-unfinished-claims-index.migration.js';
-export { AddFailedClaimsIndex1765238400000 } from './migrations/1765238400000-add-failed-claims-index.migration.js';
 export {
   IDEMPOTENCY_MIGRATIONS,
   processedEventsMigrations,
   type MigrationClass,
 } from './migrations/processed-events.migrations.js';
-export {
-  IDEMPOTENT_METHOD_METADATA,
-  IDEMPOTENT_WEBHOOK_METADATA,
-  REPLAYED_HEADER,
-} from './idempotency.constants.js';
-export type { IdempotencyMode } from './strategies/claim-strategies.js';
-export {
-  githubDeliveryKey,
-  shopifyWebhookKey,
-  standardWebhookKey,
-  stripeEventKey,
-} from './keys/webhook-keys.js';
+
+// Operating it: the reporter, claims by hand, the handoff's queues, metrics.
+export { ExpiredLeaseReporter } from './maintenance/expired-lease.reporter.js';
+export { IdempotencyClaims } from './operator/idempotency-claims.service.js';
+export { HandoffQueues } from './transports/queue/handoff-queues.service.js';
+export { IdempotencyMetrics } from './idempotency.metrics.js';
+export { HandoffMetrics } from './transports/queue/handoff-metrics.js';
 export type {
+  AbandonedClaim,
   ClaimListOptions,
   ClaimListStatus,
   ClaimOutcome,
@@ -70,47 +112,13 @@ export type {
   ClaimRefusal,
   ClaimRefusalReason,
   ClaimState,
+  DeadLetteredJob,
+  ExpiredLease,
   ForgetClaimResult,
+  JobOutcome,
+  PoisonEvent,
+  QueueStats,
   ReleaseClaimResult,
   ReporterRunOptions,
-  DeadLetteredJob,
-  EnqueueOptions,
-  ExpiredLease,
-  HandedOffEvent,
-  HandoffJob,
-  HandoffOptions,
-  HandoffQueueOptions,
-  IdempotencyClaimOptions,
-  IdempotencyKeyExtractor,
-  IdempotencyModuleExtras,
-  IdempotencyModuleOptions,
-  IdempotentOptions,
-  IdempotentRunOptions,
-  IdempotentRunResult,
-  IdempotentWebhookOptions,
-  IdempotentWorkerOptions,
-  JobOutcome,
-  QueueStats,
-  AbandonedClaim,
-  PoisonEvent,
   ReporterRunResult,
-} from './interfaces/index.js';
-export { WebhookSignatureGuard } from './guards/webhook-signature.guard.js';
-export { StripeSignatureGuard } from './guards/stripe-signature.guard.js';
-export { GithubSignatureGuard } from './guards/github-signature.guard.js';
-export { StandardWebhooksSignatureGuard } from './guards/standard-webhooks-signature.guard.js';
-export { ShopifySignatureGuard } from './guards/shopify-signature.guard.js';
-export {
-  InvalidSignatureException,
-  MalformedSignatureException,
-  RawBodyUnavailableException,
-  UnreadableBodyException,
-  UnverifiableBodyException,
-} from './guards/signature-exceptions.js';
-export { WebhookSignatureError, type SignatureFailure } from './guards/webhook-signature.error.js';
-export type {
-  TimestampedWebhookSecretOptions,
-  WebhookSecretOptions,
-  WebhookSignatureName,
-  WebhookSignatureOptions,
 } from './interfaces/index.js';

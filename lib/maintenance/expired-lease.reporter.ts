@@ -11,7 +11,7 @@ import { loadOptionalPeer } from '../core/optional-peer.js';
 import { ClaimDatabase } from '../postgres/claim-database.js';
 import { IDEMPOTENCY_CONFIG, IDEMPOTENCY_DATA_SOURCE, REPORTER_JOB_NAME } from '../idempotency.constants.js';
 import { IdempotencyMetrics } from '../idempotency.metrics.js';
-import { QueueHandoff } from '../transports/queue/queue-handoff.js';
+import { HandoffQueues } from '../transports/queue/handoff-queues.service.js';
 import {
   abandonedClaimRemoved,
   expiredLease,
@@ -65,7 +65,7 @@ export class ExpiredLeaseReporter implements OnApplicationBootstrap, OnModuleDes
     @Inject(IDEMPOTENCY_CONFIG) private readonly config: IdempotencyConfig,
     private readonly metrics: IdempotencyMetrics,
     private readonly moduleRef: ModuleRef,
-    private readonly handoff: QueueHandoff,
+    private readonly handoff: HandoffQueues,
   ) {}
 
   async onApplicationBootstrap(): Promise<void> {

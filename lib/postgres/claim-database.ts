@@ -1,4 +1,4 @@
-import { Inject, Injectable, Logger } from '@nestjs/common';
+import { Inject, Injectable, Logger, type OnModuleInit } from '@nestjs/common';
 import type { DataSource } from 'typeorm';
 import { IDEMPOTENCY_CONFIG, IDEMPOTENCY_DATA_SOURCE } from '../idempotency.constants.js';
 import {
@@ -12,7 +12,9 @@ import { claimTable, type ClaimTable } from './claim-table.js';
 import { claimStatements, type ClaimStatements } from './claim.sql.js';
 import { maintenanceStatements, type MaintenanceStatements } from './maintenance.sql.js';
 import { PreparedStatements } from './prepared-statements.js';
+import { watchOutsideWrites } from './outside-write.subscriber.js';
 import { StatementExecutor } from './statement-executor.js';
+import { assertTypeOrmInternals, listenForEarlyErrors } from './typeorm-internals.js';
 
 /** The columns every statement relies on, with the type each must have. */
 const EXPECTED_COLUMNS: Record<string, string> = {
@@ -34,7 +36,7 @@ const EXPECTED_COLUMNS: Record<string, string> = {
  * that sends them. One per module, shared by the strategies and the reporter.
  */
 @Injectable()
-export class ClaimDatabase {
+export class ClaimDatabase implements OnModuleInit {
   private readonly logger = new Logger('IdempotencyModule');
   readonly table: ClaimTable;
   readonly statements: ClaimStatements;
@@ -44,7 +46,7 @@ export class ClaimDatabase {
 
   constructor(
     @Inject(IDEMPOTENCY_DATA_SOURCE) readonly dataSource: DataSource,
-    @Inject(IDEMPOTENCY_CONFIG) config: IdempotencyConfig,
+    @Inject(IDEMPOTENCY_CONFIG) private readonly config: IdempotencyConfig,
   ) {
     const schema = config.schema ?? (dataSource.options as { schema?: string }).schema;
     this.table = claimTable(schema, config.table);
@@ -52,6 +54,19 @@ export class ClaimDatabase {
     this.maintenance = maintenanceStatements(this.table, config);
     this.prepared = new PreparedStatements(config.preparedStatements, this.logger);
     this.executor = new StatementExecutor(dataSource, this.prepared);
+  }
+
+  /**
+   * Fails the boot, rather than every delivery, when TypeORM moved what the claim path relies on
+   * or the claims table is missing or not the migration's; keeps a session terminated as it
+   * starts from ending the process (listenForEarlyErrors); and watches for writes made outside
+   * a claim's transaction (OutsideWriteSubscriber).
+   */
+  async onModuleInit(): Promise<void> {
+    assertTypeOrmInternals(this.dataSource);
+    listenForEarlyErrors(this.dataSource);
+    await this.checkTable();
+    watchOutsideWrites(this.dataSource, this.config.strictTransactions, this.logger);
   }
 
   /**

@@ -8,7 +8,7 @@ import {
 import { Reflector } from '@nestjs/core';
 import { lastValueFrom, Observable } from 'rxjs';
 import { extractIdempotencyKey } from '../core/idempotency-key.js';
-import { IdempotencyService } from '../core/idempotency.service.js';
+import { ClaimRunner } from '../core/claim-runner.js';
 import { IDEMPOTENCY_CONFIG, IDEMPOTENT_WEBHOOK_METADATA } from '../idempotency.constants.js';
 import { EventInFlightError } from '../idempotency.errors.js';
 import { duplicateInFlight, unsupportedContext } from '../idempotency.messages.js';
@@ -27,7 +27,7 @@ import type { IdempotentWebhookMetadata } from './idempotent-webhook.decorator.j
 export class IdempotencyInterceptor implements NestInterceptor {
   constructor(
     private readonly reflector: Reflector,
-    private readonly idempotency: IdempotencyService,
+    private readonly runner: ClaimRunner,
     @Inject(DELIVERY_TRANSPORT_REGISTRY) private readonly transports: ReadonlyMap<string, DeliveryTransport>,
     @Inject(IDEMPOTENCY_CONFIG) private readonly config: IdempotencyConfig,
   ) {}
@@ -59,7 +59,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
       }
       // next.handle() is cold: subscribing inside the delivery's context makes it visible to the
       // handler and to every service it awaits.
-      this.idempotency
+      this.runner
         .execute(meta, key, () => lastValueFrom(next.handle(), { defaultValue: undefined }))
         .then(
           (result) => {

@@ -8,12 +8,8 @@ import {
   ROUTE_ARGS_METADATA,
 } from '@nestjs/common/constants.js';
 import request from 'supertest';
-import {
-  IDEMPOTENT_WEBHOOK_METADATA,
-  IdempotencyContext,
-  IdempotencyInterceptor,
-  IdempotentWebhook,
-} from '../../lib/index.js';
+import { IdempotencyContext, IdempotencyInterceptor, IdempotentWebhook } from '../../lib/index.js';
+import { IDEMPOTENT_WEBHOOK_METADATA } from '../../lib/idempotency.constants.js';
 import { ADAPTERS, startApp, type RunningApp } from '../support/app.js';
 import { LogCapture } from '../support/log-capture.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';

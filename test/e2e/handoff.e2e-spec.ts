@@ -8,9 +8,10 @@ import {
   IDEMPOTENCY_ENTITIES,
   IdempotencyModule,
   IdempotentWorker,
-  QueueHandoff,
+  HandoffQueues,
   type HandoffOptions,
 } from '../../lib/index.js';
+import { QueueHandoff } from '../../lib/transports/queue/queue-handoff.js';
 import {
   failedOnPurpose,
   HandoffFixtureModule,
@@ -181,7 +182,7 @@ describe('handoff to a worker (pg-boss)', () => {
     const waiting = await jobs(TX_QUEUE, 'evt_dup');
     expect(waiting).toHaveLength(1);
     expect(waiting[0].state).toBe('created');
-    expect((await web.app.get(QueueHandoff).stats())[TX_QUEUE].queued).toBeGreaterThanOrEqual(1);
+    expect((await web.app.get(HandoffQueues).stats())[TX_QUEUE].queued).toBeGreaterThanOrEqual(1);
 
     await start({ web: false, workers: ['tx'] });
     await waitUntil(

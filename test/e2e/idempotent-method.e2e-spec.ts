@@ -3,7 +3,6 @@ import { ContextIdFactory, Reflector } from '@nestjs/core';
 import { SchedulerRegistry } from '@nestjs/schedule';
 import { Test, type TestingModule } from '@nestjs/testing';
 import {
-  IDEMPOTENT_METHOD_METADATA,
   IdempotencyContext,
   IdempotencyMetrics,
   Idempotent,
@@ -11,6 +10,7 @@ import {
   type ClaimOutcome,
   type ClaimOutcomeEvent,
 } from '../../lib/index.js';
+import { IDEMPOTENT_METHOD_METADATA } from '../../lib/idempotency.constants.js';
 import { calls } from '../fixtures/decorators.fixture.js';
 import {
   bodyRuns,

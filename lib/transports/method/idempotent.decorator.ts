@@ -2,7 +2,7 @@ import { Inject } from '@nestjs/common';
 import { resolveClaimSpec } from '../../core/claim-options.js';
 import type { ClaimSpec } from '../../core/claim-strategy.js';
 import { extractIdempotencyKey } from '../../core/idempotency-key.js';
-import { IdempotencyService } from '../../core/idempotency.service.js';
+import { ClaimRunner } from '../../core/claim-runner.js';
 import { IDEMPOTENCY_CONFIG, IDEMPOTENT_METHOD_METADATA } from '../../idempotency.constants.js';
 import {
   badClaimOption,
@@ -19,7 +19,7 @@ export interface IdempotentMethodMetadata extends ClaimSpec {
 }
 
 /**
- * Where Nest puts the app's IdempotencyService and config on each instance of a class with an
+ * Where Nest puts the app's ClaimRunner and config on each instance of a class with an
  * `@Idempotent` method: injected as properties, so every instance Nest creates (singleton,
  * request-scoped or transient) reaches its own app's service, even with several apps in one
  * process.
@@ -28,7 +28,7 @@ const SERVICE = Symbol('idempotency:service');
 const CONFIG = Symbol('idempotency:config');
 
 interface Bound {
-  [SERVICE]?: IdempotencyService;
+  [SERVICE]?: ClaimRunner;
   [CONFIG]?: IdempotencyConfig;
 }
 
@@ -90,7 +90,7 @@ export function Idempotent<Args extends any[] = any[]>(
         return Promise.reject(error);
       }
       return service
-        .runChecked(spec, claimKey, () => original.apply(this, args))
+        .run(spec, claimKey, () => original.apply(this, args))
         .then((result) => {
           if (result.status === 'processed') return result.value;
           return onReplay ? onReplay.apply(this, args) : undefined;
@@ -102,7 +102,7 @@ export function Idempotent<Args extends any[] = any[]>(
     descriptor.value = wrapper as (...args: Args) => Promise<any>;
 
     if (!Object.prototype.hasOwnProperty.call(target, SERVICE)) {
-      Inject(IdempotencyService)(target, SERVICE);
+      Inject(ClaimRunner)(target, SERVICE);
       Inject(IDEMPOTENCY_CONFIG)(target, CONFIG);
       // Marks the prototype, so a second @Idempotent method of the class injects nothing more.
       Object.defineProperty(target, SERVICE, { value: undefined, writable: true, configurable: true });

@@ -1,6 +1,6 @@
 import type { Logger } from '@nestjs/common';
 import type { ClaimResult } from '../../core/claim-result.js';
-import type { IdempotencyService } from '../../core/idempotency.service.js';
+import type { ClaimRunner } from '../../core/claim-runner.js';
 import {
   jobFailed,
   jobInFlight,
@@ -25,7 +25,7 @@ export interface WorkerRegistration extends IdempotentWorkerMetadata {
 /** What a WorkerLoop needs from the handoff. */
 export interface WorkerLoopDeps {
   boss: PgBoss;
-  service: IdempotencyService;
+  runner: ClaimRunner;
   metrics: HandoffMetrics;
   logger: Logger;
   pollingIntervalMs: number;
@@ -115,7 +115,7 @@ export class WorkerLoop {
   }
 
   private async run(job: PgBossJob): Promise<void> {
-    const { boss, service, metrics } = this.deps;
+    const { boss, runner, metrics } = this.deps;
     const { queue, spec, sourceFromEvent, call } = this.worker;
     const attempt = job.retryCount + 1;
     const lastAttempt = job.retryCount >= job.retryLimit;
@@ -129,7 +129,7 @@ export class WorkerLoop {
     let completedInTransaction = false;
     let result: ClaimResult<unknown>;
     try {
-      result = await service.execute(
+      result = await runner.execute(
         sourceFromEvent ? { ...spec, source: event.source } : spec,
         event.key,
         async (delivery) => {

@@ -1,0 +1,101 @@
+import { Injectable, Logger } from '@nestjs/common';
+import { deadLetteredJob, moreDeadLetteredJobs } from '../../idempotency.messages.js';
+import type { DeadLetteredJob, QueueStats } from '../../interfaces/index.js';
+import { HandoffMetrics } from './handoff-metrics.js';
+import { readHandoffPayload } from './handoff-payload.js';
+import { QueueHandoff } from './queue-handoff.js';
+
+/** Dead-lettered jobs logged per report; the rest is counted in one line. */
+const MAX_LOGGED_DEAD_LETTERS = 50;
+/** Dead-lettered jobs a report returns. */
+const MAX_REPORTED_DEAD_LETTERS = 100;
+
+/**
+ * The handoff's queues as operators see them: each queue's jobs by state and its oldest waiting
+ * job's age (`stats()`, also kept in HandoffMetrics), and the jobs waiting in dead-letter queues,
+ * which the expired-lease reporter logs every report until someone deals with them. Empty
+ * without the module's `handoff` option.
+ *
+ * ```ts
+ * const { fulfilment } = await app.get(HandoffQueues).stats();
+ * // { queued: 3, retrying: 0, active: 1, failed: 0, deadLettered: 0, oldestWaitingMs: 120 }
+ * ```
+ */
+@Injectable()
+export class HandoffQueues {
+  private readonly logger = new Logger('IdempotencyHandoff');
+
+  constructor(
+    private readonly handoff: QueueHandoff,
+    private readonly metrics: HandoffMetrics,
+  ) {}
+
+  /**
+   * Each queue created at boot, as the database has it now (jobs by state, its dead-letter
+   * queue's waiting jobs, the oldest waiting job's age), also recorded in HandoffMetrics.
+   */
+  async stats(): Promise<Record<string, QueueStats>> {
+    if (!this.handoff.statements) return {};
+    const names = [...this.handoff.queues.keys()];
+    const deadLetters = [...this.handoff.queues.values()].map((settings) => settings.deadLetter);
+    const { rows } = await this.handoff.db.executeSql(this.handoff.statements.stats, [
+      [...new Set([...names, ...deadLetters])],
+    ]);
+    const byName = new Map(rows.map((row) => [row.name as string, row]));
+    const result: Record<string, QueueStats> = {};
+    for (const [name, settings] of this.handoff.queues) {
+      const row = byName.get(name);
+      const dead = byName.get(settings.deadLetter);
+      const stats: QueueStats = {
+        queued: Number(row?.queued ?? 0),
+        retrying: Number(row?.retrying ?? 0),
+        active: Number(row?.active ?? 0),
+        failed: Number(row?.failed ?? 0),
+        deadLettered: Number(dead?.queued ?? 0) + Number(dead?.retrying ?? 0),
+        oldestWaitingMs: Math.round(Number(row?.oldest_waiting_ms ?? 0)),
+      };
+      this.metrics.setQueueStats(name, stats);
+      result[name] = stats;
+    }
+    return result;
+  }
+
+  /**
+   * The expired-lease reporter's part for the handoff: refreshes the queue figures and, when
+   * `log`, logs the jobs waiting in dead-letter queues (as poison events are, every report, until
+   * someone deals with them). Resolves with those jobs, at most 100.
+   */
+  async report(log: boolean): Promise<DeadLetteredJob[]> {
+    if (!this.handoff.statements) return [];
+    await this.stats();
+    if (!log) return [];
+    const queuesOf = new Map<string, string[]>();
+    for (const [name, settings] of this.handoff.queues) {
+      queuesOf.set(settings.deadLetter, [...(queuesOf.get(settings.deadLetter) ?? []), name]);
+    }
+    const { rows } = await this.handoff.db.executeSql(this.handoff.statements.deadLettered, [
+      [...queuesOf.keys()],
+      MAX_REPORTED_DEAD_LETTERS,
+    ]);
+    const jobs = rows.map((row): DeadLetteredJob => {
+      const payload = readHandoffPayload(row.data);
+      const output = row.output as { message?: unknown } | null;
+      return {
+        queue: (queuesOf.get(row.name) ?? [row.name]).join(', '),
+        deadLetter: row.name,
+        id: row.id,
+        event: payload?.event ?? null,
+        data: payload ? payload.data : row.data,
+        lastError: typeof output?.message === 'string' ? output.message : null,
+        createdAt: new Date(row.created_on),
+      };
+    });
+    for (const job of jobs.slice(0, MAX_LOGGED_DEAD_LETTERS)) {
+      this.logger.error(deadLetteredJob(job.queue, job.deadLetter, job.event?.key ?? job.id, job.lastError));
+    }
+    if (jobs.length > MAX_LOGGED_DEAD_LETTERS) {
+      this.logger.error(moreDeadLetteredJobs(jobs.length - MAX_LOGGED_DEAD_LETTERS));
+    }
+    return jobs;
+  }
+}
