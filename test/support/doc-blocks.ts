@@ -1,4 +1,4 @@
-import { mkdir, rm, writeFile } from 'node:fs/promises';
+import { mkdir, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 
 /**
@@ -160,7 +160,7 @@ export function extractInstallLines(markdown: string, file: string): Map<string,
 export interface WrittenBlocks {
   /** The tsconfig that checks them, relative to the app. */
   tsconfig: string;
-  /** Written file (relative to the app) → how to name it in messages: its Markdown file. */
+  /** Written file (relative to the app) → the Markdown file its lines are from. */
   sources: Map<string, string>;
 }
 
@@ -189,7 +189,7 @@ export async function writeDocBlocks(
     const path = join(BLOCKS_DIR, name);
     if (sources.has(path))
       throw new DocBlockError(`${block.file}:${block.line}: a second block named ${name}`);
-    sources.set(path, block.name ? `${block.file} (${block.name})` : block.file);
+    sources.set(path, block.file);
     await writeFile(join(appDir, path), '\n'.repeat(block.line) + block.code);
   }
   const tsconfig = 'tsconfig.doc-blocks.json';
@@ -204,11 +204,37 @@ export async function writeDocBlocks(
 
 /**
  * The compiler's output with each written file replaced by the Markdown file it came from, so
- * `doc-blocks/README.md-L12.ts(14,3)` reads `README.md(14,3)`. A `file=` block keeps its name
- * beside its Markdown file.
+ * `doc-blocks/README.md-L12.ts(14,3)` reads `README.md(14,3)`, and so does a `file=` block's.
  */
 export function inMarkdownTerms(output: string, written: WrittenBlocks): string {
   let text = output;
   for (const [path, shown] of written.sources) text = text.split(path).join(shown);
   return text;
+}
+
+/** The package itself: the packaging tests install it from the packed tarball, not the registry. */
+const THIS_PACKAGE = 'nest-idempotent-webhooks';
+
+/** What the README and docs/ hold for the packaging tests. */
+export interface Documentation {
+  /** Every TypeScript block, README first, then docs/ by file name. */
+  blocks: DocBlock[];
+  /** App (`nest11-commonjs`, `nest12-esm`) → the packages its install blocks add, this one left out. */
+  installs: Map<string, string[]>;
+}
+
+/** Reads README.md and docs/*.md under `root` (the checkout) as the packaging tests check them. */
+export async function readDocumentation(root: string): Promise<Documentation> {
+  const pages = (await readdir(join(root, 'docs'))).filter((name) => name.endsWith('.md')).sort();
+  const files = ['README.md', ...pages.map((name) => `docs/${name}`)];
+  const documentation: Documentation = { blocks: [], installs: new Map() };
+  for (const file of files) {
+    const markdown = await readFile(join(root, file), 'utf8');
+    documentation.blocks.push(...extractDocBlocks(markdown, file));
+    for (const [app, packages] of extractInstallLines(markdown, file)) {
+      const others = packages.filter((name) => name !== THIS_PACKAGE);
+      documentation.installs.set(app, [...(documentation.installs.get(app) ?? []), ...others]);
+    }
+  }
+  return documentation;
 }
