@@ -14,7 +14,10 @@ import { join } from 'node:path';
  * - `<!-- doc-block: file=order.entity.ts -->`: the block is written under that name, so other
  *   blocks can import it (`./order.entity.js`), as a reader's own files would be;
  * - `<!-- install: nest11-commonjs -->` before a `bash` block: its `npm install` lines are what
- *   that app installs (the packaging tests run them).
+ *   that app installs (the packaging tests run them);
+ * - `<!-- example: <file>#<region> -->`: the block is a copy of an example file (or a region of
+ *   one) that a test of its own compiles, runs and compares with the page; it is left out here, as
+ *   a region is a fragment, not a module.
  */
 
 /** One TypeScript block of a Markdown file. */
@@ -38,7 +41,7 @@ export class DocBlockError extends Error {}
 const TYPESCRIPT = new Set(['ts', 'typescript']);
 /** An opening fence (CommonMark: three or more backticks or tildes; any indentation, for list items). */
 const FENCE = /^(\s*)(`{3,}|~{3,})(.*)$/;
-const MARKER = /^\s*<!--\s*(doc-block|install):(.*?)-->\s*$/;
+const MARKER = /^\s*<!--\s*(doc-block|install|example):(.*?)-->\s*$/;
 
 /** One fenced block, whatever its language, with the marker before it. */
 interface Fence {
@@ -113,7 +116,7 @@ export function extractDocBlocks(markdown: string, file: string): DocBlock[] {
   for (const fence of fences(markdown, file)) {
     const typescript = TYPESCRIPT.has(fence.info.split(/\s+/)[0]);
     const { marker } = fence;
-    if (marker?.kind === 'install') continue;
+    if (marker?.kind === 'install' || marker?.kind === 'example') continue;
     if (marker && !typescript)
       throw new DocBlockError(
         `${file}:${marker.line}: a doc-block marker before a ${fence.info || 'plain'} block`,

@@ -115,6 +115,23 @@ describe('doc blocks: extraction', () => {
     ]);
   });
 
+  it('leaves out a block marked as a copy of an example file, which its own test checks', () => {
+    const doc = md(
+      '<!-- example: snippets.example.ts#rpc -->',
+      '',
+      FENCE + 'ts',
+      'await expectOneEffect({ deliver, effect });',
+      FENCE,
+      '',
+      FENCE + 'ts',
+      'export const checked = true;',
+      FENCE,
+    );
+    expect(extractDocBlocks(doc, 'docs/testing.md')).toEqual([
+      { file: 'docs/testing.md', line: 7, code: 'export const checked = true;\n', esmOnly: false },
+    ]);
+  });
+
   it('reads the packages of marked install blocks, per app, without options or comments', () => {
     const doc = md(
       '<!-- install: nest12-esm -->',
