@@ -1,24 +1,41 @@
+import { readFile, rm } from 'node:fs/promises';
+import { join, resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import {
+  inMarkdownTerms,
+  readDocumentation,
+  writeDocBlocks,
+  type Documentation,
+} from '../support/doc-blocks.js';
 import { createEmptyDatabase, type EmptyDatabase } from '../support/empty-database.js';
 import { installPackedApp, type PackedApp } from '../support/packed-app.js';
 
-/** npm install from the registry; a cold cache takes longest (later runs reuse .data/npm-cache). */
-const INSTALL_TIMEOUT_MS = 240_000;
+/** npm install from the registry, twice; a cold cache takes longest (later runs reuse .data/npm-cache). */
+const INSTALL_TIMEOUT_MS = 360_000;
 const RUN_TIMEOUT_MS = 120_000;
+const NPM_CACHE = resolve('.data/npm-cache');
 
 /**
  * The published tarball in a CommonJS Nest 11 app as `nest new` made it (Nest 11, TypeORM 0.3,
  * ts-jest with Jest's default CommonJS runtime, `"module": "commonjs"`): the set-up the issue
- * reported failing with "Must use import to load ES Module". The app's own Jest posts one event
- * twice against this run's PostgreSQL; here the effect is counted again in the database.
+ * reported failing with "Must use import to load ES Module". On top of the app's own packages it
+ * gets what the README's and docs/compatibility.md's Nest 11 install lines install, as a reader
+ * would run them. The app's own Jest posts one event twice against this run's PostgreSQL; here the
+ * effect is counted again in the database. Then every TypeScript block of the README and docs/
+ * is compiled in the app, under `strict`.
  */
 describe('the packed library in a CommonJS Nest 11 app', () => {
   let db: EmptyDatabase;
   let app: PackedApp;
+  let docs: Documentation;
 
   beforeAll(async () => {
     db = await createEmptyDatabase('pack_cjs');
+    docs = await readDocumentation(process.cwd());
     app = await installPackedApp('nest11-commonjs');
+    const packages = docs.installs.get('nest11-commonjs') ?? [];
+    const flags = ['--no-audit', '--no-fund', '--prefer-offline', '--cache', NPM_CACHE];
+    await app.run('npm', ['install', ...flags, ...packages]);
   }, INSTALL_TIMEOUT_MS);
 
   afterAll(async () => {
@@ -48,6 +65,30 @@ describe('the packed library in a CommonJS Nest 11 app', () => {
     RUN_TIMEOUT_MS,
   );
 
+  it('installs, from the install lines of the docs, the Nest 11 majors that are CommonJS', async () => {
+    const version = async (name: string) =>
+      (
+        JSON.parse(await readFile(join(app.dir, 'node_modules', name, 'package.json'), 'utf8')) as {
+          version: string;
+        }
+      ).version;
+    // The newest majors of these accept Nest 11 and are ES modules only.
+    expect(docs.installs.get('nest11-commonjs')).toEqual(
+      expect.arrayContaining([
+        '@nestjs/typeorm@^11',
+        'typeorm@^0.3',
+        '@nestjs/schedule@^6',
+        '@nestjs/config@^4',
+      ]),
+    );
+    expect(await version('@nestjs/typeorm')).toMatch(/^11\./);
+    expect(await version('typeorm')).toMatch(/^0\.3\./);
+    expect(await version('@nestjs/schedule')).toMatch(/^6\./);
+    expect(await version('@nestjs/bullmq')).toMatch(/^11\./);
+    expect(await version('@nestjs/config')).toMatch(/^4\./);
+    expect(await version('@nestjs/core')).toMatch(/^11\./);
+  });
+
   it(
     "passes the app's own `npx jest`: a duplicate delivery has one effect",
     async () => {
@@ -58,6 +99,24 @@ describe('the packed library in a CommonJS Nest 11 app', () => {
       expect(orders.rows).toEqual([{ event_id: 'evt_cjs_1' }, { event_id: 'evt_cjs_unit' }]);
       const claims = await db.pool.query(`SELECT event_key, status FROM processed_events`);
       expect(claims.rows).toEqual([{ event_key: 'evt_cjs_1', status: 'done' }]);
+    },
+    RUN_TIMEOUT_MS,
+  );
+
+  it(
+    'compiles every TypeScript block of the README and docs/ under strict, but those marked esm-only',
+    async () => {
+      const blocks = docs.blocks.filter((block) => !block.esmOnly);
+      expect(blocks.length).toBeGreaterThan(10);
+      const written = await writeDocBlocks(app.dir, blocks, './tsconfig.json');
+      try {
+        await app.run('npx', ['tsc', '-p', written.tsconfig]);
+      } catch (error) {
+        throw new Error(inMarkdownTerms((error as Error).message, written), { cause: error });
+      } finally {
+        // The app's own tsconfig.json compiles every file under it.
+        await rm(join(app.dir, 'doc-blocks'), { recursive: true, force: true });
+      }
     },
     RUN_TIMEOUT_MS,
   );

@@ -1,24 +1,40 @@
+import { readFile } from 'node:fs/promises';
+import { join, resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import {
+  inMarkdownTerms,
+  readDocumentation,
+  writeDocBlocks,
+  type Documentation,
+} from '../support/doc-blocks.js';
 import { createEmptyDatabase, type EmptyDatabase } from '../support/empty-database.js';
 import { installPackedApp, type PackedApp } from '../support/packed-app.js';
 
-/** npm install from the registry; a cold cache takes longest (later runs reuse .data/npm-cache). */
-const INSTALL_TIMEOUT_MS = 240_000;
+/** npm install from the registry, twice; a cold cache takes longest (later runs reuse .data/npm-cache). */
+const INSTALL_TIMEOUT_MS = 360_000;
 const RUN_TIMEOUT_MS = 120_000;
+const NPM_CACHE = resolve('.data/npm-cache');
 
 /**
  * The published tarball in an ESM Nest 12 app as `nest new` makes it (`"type": "module"`,
- * nodenext, Vitest), on the versions this repository uses. The app's own Vitest posts one event
+ * nodenext, Vitest), on the versions this repository uses, plus what the README's and
+ * docs/compatibility.md's Nest 12 install lines install. The app's own Vitest posts one event
  * twice against this run's PostgreSQL and also loads the CommonJS build beside the ESM one (the
- * dual-package hazard); here the effect is counted again in the database.
+ * dual-package hazard); here the effect is counted again in the database. Then every TypeScript
+ * block of the README and docs/ is compiled in the app, under `strict`.
  */
 describe('the packed library in an ESM Nest 12 app', () => {
   let db: EmptyDatabase;
   let app: PackedApp;
+  let docs: Documentation;
 
   beforeAll(async () => {
     db = await createEmptyDatabase('pack_esm');
+    docs = await readDocumentation(process.cwd());
     app = await installPackedApp('nest12-esm');
+    const packages = docs.installs.get('nest12-esm') ?? [];
+    const flags = ['--no-audit', '--no-fund', '--prefer-offline', '--cache', NPM_CACHE];
+    await app.run('npm', ['install', ...flags, ...packages]);
   }, INSTALL_TIMEOUT_MS);
 
   afterAll(async () => {
@@ -61,6 +77,29 @@ describe('the packed library in an ESM Nest 12 app', () => {
       ]);
       const claims = await db.pool.query(`SELECT event_key, status FROM processed_events`);
       expect(claims.rows).toEqual([{ event_key: 'evt_esm_1', status: 'done' }]);
+    },
+    RUN_TIMEOUT_MS,
+  );
+
+  it(
+    'compiles every TypeScript block of the README and docs/ under strict',
+    async () => {
+      expect(docs.installs.get('nest12-esm')).toEqual(expect.arrayContaining(['@nestjs/typeorm', 'typeorm']));
+      const version = async (name: string) =>
+        (
+          JSON.parse(await readFile(join(app.dir, 'node_modules', name, 'package.json'), 'utf8')) as {
+            version: string;
+          }
+        ).version;
+      expect(await version('@nestjs/core')).toMatch(/^12\./);
+
+      expect(docs.blocks.length).toBeGreaterThan(10);
+      const written = await writeDocBlocks(app.dir, docs.blocks, './tsconfig.json');
+      try {
+        await app.run('npx', ['tsc', '-p', written.tsconfig]);
+      } catch (error) {
+        throw new Error(inMarkdownTerms((error as Error).message, written), { cause: error });
+      }
     },
     RUN_TIMEOUT_MS,
   );
