@@ -38,14 +38,24 @@ function brandedCode(value: unknown): IdempotencyErrorCode | undefined {
   return branded[BRAND] === true ? (branded.code as IdempotencyErrorCode) : undefined;
 }
 
+/** The class of each code's errors, for isIdempotencyError's narrowing. */
+interface ErrorOfCode {
+  IDEMPOTENCY_INVALID_KEY: InvalidIdempotencyKeyError;
+  IDEMPOTENCY_IN_FLIGHT: EventInFlightError;
+  IDEMPOTENCY_UNAVAILABLE: IdempotencyUnavailableError;
+  IDEMPOTENCY_TRANSACTION_ABORTED: TransactionAbortedError;
+  IDEMPOTENCY_PROPAGATION: PropagationError;
+}
+
 /**
  * True when `error` is one of the library's errors (from either build of the package), and, with
- * `code`, that one: `isIdempotencyError(error, 'IDEMPOTENCY_IN_FLIGHT')`.
+ * `code`, that one, narrowed to its class: after `isIdempotencyError(error, 'IDEMPOTENCY_IN_FLIGHT')`,
+ * `error.retryAfterSeconds` is there.
  */
-export function isIdempotencyError<C extends IdempotencyErrorCode>(
+export function isIdempotencyError<C extends IdempotencyErrorCode = IdempotencyErrorCode>(
   error: unknown,
   code?: C,
-): error is IdempotencyError & { readonly code: C } {
+): error is C extends keyof ErrorOfCode ? ErrorOfCode[C] : IdempotencyError & { readonly code: C } {
   const found = brandedCode(error);
   return found !== undefined && (code === undefined || found === code);
 }

@@ -95,4 +95,14 @@ describe('the library’s errors: one family on every transport', () => {
       header: 'Stripe-Signature',
     });
   });
+
+  it('narrows to the code’s class, so its own fields are there', () => {
+    const caught: unknown = made.inFlight;
+    if (!isIdempotencyError(caught, 'IDEMPOTENCY_IN_FLIGHT')) throw new Error('not in flight');
+    // Compiles only if narrowed to EventInFlightError.
+    expect(caught.retryAfterSeconds).toBe(3);
+    const any: unknown = made.unavailable;
+    if (!isIdempotencyError(any)) throw new Error('not ours');
+    expect(any.scope).toBe('Scope.m');
+  });
 });
