@@ -3,15 +3,23 @@ import { closest } from './core/closest-name.js';
 import { DEFAULTS, MAX_TIMER_MS } from './idempotency.constants.js';
 import { DEFAULT_TABLE } from './postgres/claim-table.js';
 import { resolveHandoffOptions } from './transports/queue/handoff-options.js';
-import {
-  optionNotNonNegative,
-  optionNotOneOf,
-  optionNotPositive,
-  optionNotWhole,
-  optionTooLarge,
-  unknownOption,
-} from './idempotency.messages.js';
+import { unknownOption } from './idempotency.messages.js';
 import type { IdempotencyConfig, IdempotencyModuleOptions } from './interfaces/index.js';
+
+const optionNotPositive = (name: string, value: unknown) =>
+  `IdempotencyModule option ${name} must be a positive number, got ${String(value)}`;
+
+const optionNotNonNegative = (name: string, value: unknown) =>
+  `IdempotencyModule option ${name} must be zero or more, got ${String(value)}`;
+
+const optionTooLarge = (name: string, value: number, max: number) =>
+  `IdempotencyModule option ${name} must be at most ${max} ms (the longest timer Node can set), got ${value}`;
+
+const optionNotWhole = (name: string, value: unknown) =>
+  `IdempotencyModule option ${name} must be a whole number (at most 2^53 - 1), got ${String(value)}`;
+
+const optionNotOneOf = (name: string, allowed: readonly unknown[], value: unknown) =>
+  `IdempotencyModule option ${name} must be ${allowed.join(' or ')}, got ${String(value)}`;
 
 /**
  * Every option, so a misspelt one fails the boot instead of being ignored (`leaseMss: 1000` would

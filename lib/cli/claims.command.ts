@@ -1,20 +1,47 @@
 import pg from 'pg';
 import { DEFAULTS } from '../idempotency.constants.js';
-import {
-  claimForgotten,
-  claimNotFound,
-  claimReleased,
-  cliDatabaseFailed,
-  cliDatabaseUrlMissing,
-  cliTableMissing,
-  cliUsage,
-  cliUsageError,
-} from '../idempotency.messages.js';
+import { claimForgotten, claimNotFound, claimReleased } from '../idempotency.messages.js';
 import { ClaimsOperator } from '../operator/claims.operator.js';
 import { claimTable, type ClaimTable } from '../postgres/claim-table.js';
 import { errorCode } from '../postgres/pg-errors.js';
 import { parseClaimsArguments, UsageError, type ClaimsCommand } from './claims-arguments.parser.js';
 import { formatClaim, formatClaimsTable, formatJson } from './claims-output.formatter.js';
+import { describeError } from '../idempotency.messages.js';
+
+const cliUsage = () => `Usage: nest-idempotent-webhooks claims <command> [options]
+
+Commands:
+  claims list [--status <status>] [--scope <scope>] [--older-than <age>] [--limit <n>] [--json]
+      Claims, most recently claimed first. <status>: in_progress (a live lease), expired (a lease
+      that ran out), failed, poison (not done after --max-attempts attempts), done.
+      <age>: a number and a unit, ms s m h d (10m, 2h). --limit defaults to 100.
+  claims show <scope> <key> [--json]
+      One claim.
+  claims release <scope> <key> [--json]
+      Takes an in-progress lease away from its holder: the next delivery claims it at once.
+  claims forget <scope> <key> --force [--json]
+      Deletes a done, failed or expired claim: the next delivery runs the handler again.
+
+Options of every command:
+  --schema <schema>        the module's schema option (default: the connection's search_path)
+  --table <table>          the module's table option (default: processed_events)
+  --max-attempts <n>       the module's maxAttempts option, for poison (default: 5)
+  --json                   JSON on stdout instead of text
+  -h, --help               this text
+
+Environment: DATABASE_URL, the PostgreSQL connection string of the app's database.
+Exit codes: 0 done, 1 refused (nothing changed, or no such claim), 2 usage error, 3 database error.`;
+
+const cliUsageError = (detail: string) => `${detail}\nRun nest-idempotent-webhooks claims --help for usage.`;
+
+const cliDatabaseUrlMissing = () =>
+  'DATABASE_URL is not set: give the PostgreSQL connection string of the app database in it';
+
+const cliDatabaseFailed = (command: string, error: unknown) =>
+  `claims ${command} failed: ${describeError(error)}`;
+
+const cliTableMissing = (table: string) =>
+  `the claims table ${table} does not exist in this database: check DATABASE_URL, and give --schema and --table as the module's schema and table options`;
 
 /** The CLI's exit codes. */
 export const EXIT = {

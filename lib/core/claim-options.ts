@@ -1,17 +1,24 @@
 import { MAX_TIMER_MS } from '../idempotency.constants.js';
-import {
-  badClaimOption,
-  claimLeaseOutOfRange,
-  claimModeContradicted,
-  claimModeUnknown,
-  claimOptionType,
-  externalOnlyOptions,
-} from '../idempotency.messages.js';
+import { badClaimOption, claimOptionType } from '../idempotency.messages.js';
 import type { IdempotencyClaimOptions } from '../interfaces/index.js';
 import { IDEMPOTENCY_MODES } from '../strategies/claim-strategies.js';
 import type { ClaimSpec } from './claim-strategy.js';
 import { closest } from './closest-name.js';
 import { Propagation, PROPAGATIONS } from './propagation.js';
+
+const claimModeUnknown = (modes: readonly string[], got: unknown) =>
+  `mode must be one of ${modes.map((name) => `'${name}'`).join(', ')}, got ${String(got)}`;
+
+const claimModeContradicted = (external: boolean, mode: string) =>
+  `external: ${external} contradicts mode: '${mode}'; give one of them`;
+
+const claimLeaseOutOfRange = (got: unknown, max: number) =>
+  typeof got === 'number' && got > max
+    ? `leaseMs must be at most ${max} ms (about 24.8 days, the longest timer Node can set), got ${got}`
+    : `leaseMs must be a positive number of milliseconds, got ${String(got)}`;
+
+const externalOnlyOptions = () =>
+  `leaseMs and heartbeat belong to external mode; add mode: 'external' or remove them`;
 
 /** The claims table's scope and source columns are varchar(255). */
 const MAX_SCOPE_LENGTH = 255;

@@ -1,11 +1,16 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { Inject, Injectable, Optional } from '@nestjs/common';
 import type { EntityManager } from 'typeorm';
-import { handoffNotConfigured, outsideContext, notExternal } from '../idempotency.messages.js';
+import { handoffNotConfigured } from '../idempotency.messages.js';
 import type { EnqueueOptions } from '../interfaces/index.js';
 import type { IdempotentDelivery } from './claim-delivery.js';
 import { processWide } from './process-wide.js';
 import { JOB_ENQUEUER, type JobEnqueuer } from './job-enqueuer.js';
+
+const outsideContext = () =>
+  'IdempotencyContext used outside an idempotent handler (@IdempotentWebhook, @Idempotent or IdempotencyService.run)';
+
+const notExternal = (what: string) => `${what} is only available in external mode handlers`;
 
 export type { IdempotentDelivery } from './claim-delivery.js';
 

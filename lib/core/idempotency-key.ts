@@ -1,13 +1,25 @@
 import { InvalidIdempotencyKeyError } from '../idempotency.errors.js';
-import {
-  keyEmpty,
-  keyExtractorThrew,
-  keyHasNul,
-  keyNotString,
-  keyNotWellFormed,
-  keyTooLong,
-  keyTooManyBytes,
-} from '../idempotency.messages.js';
+import { describeError } from '../idempotency.messages.js';
+
+export const keyExtractorThrew = (scope: string, error: unknown) =>
+  `Idempotency key extractor of ${scope} threw: ${describeError(error)}`;
+
+export const keyNotString = (scope: string, value: unknown) =>
+  `Idempotency key of ${scope} must be a string, got ${value === null ? 'null' : typeof value}`;
+
+export const keyEmpty = (scope: string) => `Idempotency key of ${scope} is empty`;
+
+export const keyHasNul = (scope: string) =>
+  `Idempotency key of ${scope} contains a NUL character, which PostgreSQL text cannot store`;
+
+export const keyNotWellFormed = (scope: string) =>
+  `Idempotency key of ${scope} contains a lone UTF-16 surrogate; stored as UTF-8 it would become U+FFFD and collide with other keys`;
+
+export const keyTooLong = (scope: string, length: number, max: number) =>
+  `Idempotency key of ${scope} is ${length} characters long; the maximum is ${max}`;
+
+export const keyTooManyBytes = (scope: string, keyBytes: number, scopeBytes: number, max: number) =>
+  `Idempotency key of ${scope} is ${keyBytes} bytes in UTF-8; with its scope's ${scopeBytes} that is more than the ${max} bytes PostgreSQL's index on the claims table can hold`;
 
 /** A UTF-16 surrogate without its pair (String.prototype.isWellFormed is ES2024). */
 const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;

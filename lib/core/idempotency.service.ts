@@ -1,11 +1,13 @@
 import { Inject, Injectable } from '@nestjs/common';
 import { IDEMPOTENCY_CONFIG } from '../idempotency.constants.js';
-import { runNeedsScope } from '../idempotency.messages.js';
 import type { IdempotencyConfig, IdempotentRunOptions, IdempotentRunResult } from '../interfaces/index.js';
 import type { IdempotentDelivery } from './claim-delivery.js';
 import { resolveClaimSpec } from './claim-options.js';
 import { ClaimRunner } from './claim-runner.js';
 import { checkIdempotencyKey } from './idempotency-key.js';
+
+const runNeedsScope = () =>
+  'IdempotencyService.run needs options with a scope, e.g. { scope: "billing", key }';
 
 /**
  * Makes any piece of work idempotent, where no decorator fits: the same claim, checks and

@@ -1,6 +1,11 @@
-import { rawBodyDisabled, rawBodyNotKept } from '../idempotency.messages.js';
 import { rawBodySetting } from './raw-body-detector.js';
 import { RawBodyUnavailableException, UnverifiableBodyException } from './signature-exceptions.js';
+
+export const rawBodyNotKept = (header: string, contentType: string | undefined) =>
+  `Cannot verify ${header}: the request has no raw body to check (Content-Type ${contentType ?? 'none'}); Nest keeps the raw bytes of application/json and application/x-www-form-urlencoded bodies only`;
+
+export const rawBodyDisabled = (header: string) =>
+  `Cannot verify ${header}: request.rawBody is not set. Create the app with rawBody: true (NestFactory.create(AppModule, { rawBody: true })); with bodyParser: false, set request.rawBody to the body's bytes in your own parser`;
 
 /** The request fields a guard reads; the same on Express's request and Fastify's. */
 export interface SignedRequest {

@@ -2,18 +2,27 @@ import { Inject, Injectable, type OnModuleInit } from '@nestjs/common';
 import { GUARDS_METADATA, METHOD_METADATA, PATH_METADATA } from '@nestjs/common/constants.js';
 import { DiscoveryService, HttpAdapterHost, MetadataScanner } from '@nestjs/core';
 import { IDEMPOTENCY_CONFIG } from '../idempotency.constants.js';
-import {
-  rawBodyNotEnabled,
-  signatureGuardOnMessageHandler,
-  signatureGuardsRefused,
-  signatureSecretMissing,
-  stripeNotInstalled,
-} from '../idempotency.messages.js';
 import type { IdempotencyConfig } from '../interfaces/index.js';
 import { rawBodySetting, watchRawBody } from './raw-body-detector.js';
 import { signatureGuardEntry, type SignatureGuardEntry } from './signature-guards.js';
 import { secretsOf } from './signature-options.js';
 import { loadStripeWebhooks } from './stripe-signature.guard.js';
+import { describeError } from '../idempotency.messages.js';
+
+export const signatureGuardsRefused = (problems: string[]) =>
+  `IdempotencyModule refuses to start: these webhook routes could not verify their signatures:\n  - ${problems.join('\n  - ')}`;
+
+export const signatureSecretMissing = (where: string, guard: string, option: string) =>
+  `${where} is guarded by ${guard}, but IdempotencyModule option signatures.${option}.secret is not set`;
+
+export const rawBodyNotEnabled = (where: string, guard: string) =>
+  `${where} is guarded by ${guard}, which verifies the raw request body, but the app was created without rawBody: true: create it with NestFactory.create(AppModule, { rawBody: true }) (in tests, createNestApplication({ rawBody: true }))`;
+
+const stripeNotInstalled = (where: string, error: unknown) =>
+  `${where} is guarded by StripeSignatureGuard, which verifies with the stripe SDK, but it could not be loaded (${describeError(error)}): npm install stripe`;
+
+export const signatureGuardOnMessageHandler = (where: string, guard: string) =>
+  `${guard} on ${where}: a message handler; signature guards verify HTTP webhook deliveries (a broker message carries no sender signature headers)`;
 
 /** Set by @EventPattern / @MessagePattern; a string, as @nestjs/microservices is optional. */
 const MESSAGE_PATTERN = 'microservices:pattern';

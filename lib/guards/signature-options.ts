@@ -1,6 +1,8 @@
-import { badSignatureOption, unknownOption } from '../idempotency.messages.js';
+import { unknownOption } from '../idempotency.messages.js';
 import type { WebhookSecretOptions, WebhookSignatureOptions } from '../interfaces/index.js';
 import { decodeBase64 } from './signature-crypto.js';
+
+const badSignatureOption = (path: string, detail: string) => `IdempotencyModule option ${path} ${detail}`;
 
 /** Stripe's and Standard Webhooks' own default tolerance, in seconds. */
 export const DEFAULT_TOLERANCE_SECONDS = 300;

@@ -1,6 +1,8 @@
 import { IdempotencyError, type IdempotencyErrorCode } from '../idempotency.errors.js';
 import { digestsEqual, hmacSha256 } from './signature-crypto.js';
-import { headerEmpty, headerMissing, headerRepeated, signatureMismatch } from '../idempotency.messages.js';
+import { headerEmpty, headerMissing, signatureMismatch } from '../idempotency.messages.js';
+
+const headerRepeated = (header: string) => `${header} header is sent more than once`;
 
 /**
  * Why a delivery's signature was refused: `missing` or `malformed` headers are the sender's

@@ -1,12 +1,17 @@
 import { Inject, Injectable, type CanActivate, type ExecutionContext } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
 import { IDEMPOTENCY_CONFIG } from '../idempotency.constants.js';
-import { signatureGuardNotHttp, signatureSecretUnset } from '../idempotency.messages.js';
 import type { IdempotencyConfig, WebhookSignatureOptions } from '../interfaces/index.js';
 import { readRawBody, type SignedRequest } from './raw-body.js';
 import { secretsOf } from './signature-options.js';
 import { requireSignedBody, type SignedBodyType } from './signed-body.js';
 import { requireHeader } from './webhook-signature.error.js';
+
+const signatureSecretUnset = (guard: string, option: string) =>
+  `${guard} has no secret to verify with: set IdempotencyModule option signatures.${option}.secret`;
+
+const signatureGuardNotHttp = (guard: string, type: string) =>
+  `${guard} verifies HTTP webhook deliveries; it cannot check a '${type}' execution context`;
 
 /** A header a sender always sends: its lower-case name (as Express and Fastify give it) and its documented spelling. */
 export interface SignatureHeader {

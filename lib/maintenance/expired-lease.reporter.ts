@@ -12,16 +12,7 @@ import { ClaimDatabase } from '../postgres/claim-database.js';
 import { IDEMPOTENCY_CONFIG, IDEMPOTENCY_DATA_SOURCE, REPORTER_JOB_NAME } from '../idempotency.constants.js';
 import { IdempotencyMetrics } from '../idempotency.metrics.js';
 import { HandoffQueues } from '../transports/queue/handoff-queues.service.js';
-import {
-  abandonedClaimRemoved,
-  expiredLease,
-  hookFailed,
-  moreAbandonedClaims,
-  moreExpiredLeases,
-  noScheduler,
-  poisonEvent,
-  reportFailed,
-} from '../idempotency.messages.js';
+import { hookFailed } from '../idempotency.messages.js';
 import type {
   AbandonedClaim,
   ExpiredLease,
@@ -30,6 +21,25 @@ import type {
   ReporterRunOptions,
   ReporterRunResult,
 } from '../interfaces/index.js';
+import { describeError } from '../idempotency.messages.js';
+
+const expiredLease = (scope: string, key: string, attempts: number, ago: number) =>
+  `expired lease: ${scope} key ${key} (attempt ${attempts}) expired ${Math.round(ago / 1000)} s ago; its worker probably died`;
+
+const moreExpiredLeases = (count: number) => `... and ${count} more expired leases`;
+
+const poisonEvent = (scope: string, key: string, attempts: number, lastError: string | null) =>
+  `poison event: ${scope} key ${key} is not done after ${attempts} attempts${lastError ? ` (last error: ${lastError})` : ''}`;
+
+const noScheduler = () =>
+  'ScheduleModule is not imported: expired leases will not be reported. Import ScheduleModule.forRoot() once in your app, or set reporter: false.';
+
+const reportFailed = (error: unknown) => `Expired-lease report failed: ${describeError(error)}`;
+
+const abandonedClaimRemoved = (scope: string, key: string, status: string, attempts: number, days: number) =>
+  `retention removed ${scope} key ${key}: ${status === 'failed' ? 'failed' : 'a dead lease'} after ${attempts} attempts, ${status === 'failed' ? 'last claimed' : 'its lease over'} more than ${days} days ago; its event will not be retried`;
+
+const moreAbandonedClaims = (count: number) => `... and ${count} more abandoned claims removed`;
 
 /** Warning lines per run; the rest is counted in one line. */
 const MAX_LOGGED_LEASES = 50;

@@ -1,14 +1,4 @@
-import {
-  badListOption,
-  claimLocked,
-  claimNotFound,
-  claimUnsettled,
-  forgetNeedsForce,
-  forgetOfLiveLease,
-  releasedByOperator,
-  releaseOfDone,
-  releaseOfFailed,
-} from '../idempotency.messages.js';
+import { claimNotFound, claimUnsettled } from '../idempotency.messages.js';
 import type {
   ClaimListOptions,
   ClaimListStatus,
@@ -20,6 +10,29 @@ import type {
 import type { ClaimTable } from '../postgres/claim-table.js';
 import { operatorStatements, type OperatorStatements } from '../postgres/operator.sql.js';
 import { errorCode, LOCK_NOT_AVAILABLE } from '../postgres/pg-errors.js';
+
+/** `last_error` of a claim an operator released. */
+export const releasedByOperator = () => 'released by an operator; the next delivery claims it again';
+
+const releaseOfDone = (scope: string, key: string) =>
+  `${scope} key ${key} is done: there is no lease to release. To process the event again, forget it (force: true, or claims forget --force)`;
+
+const releaseOfFailed = (scope: string, key: string) =>
+  `${scope} key ${key} holds no lease: its last attempt failed, and its next delivery claims it already`;
+
+const forgetOfLiveLease = (scope: string, key: string, leaseLeftMs: number | null) =>
+  `${scope} key ${key} is being processed: its lease has ${
+    leaseLeftMs === null ? 'no expiry' : `${Math.ceil(leaseLeftMs / 1000)} s left`
+  }. If its worker is stuck or dead, release it first`;
+
+const forgetNeedsForce = (scope: string, key: string, status: string) =>
+  `forgetting ${scope} key ${key} (${status}) makes its next delivery run the handler again: pass force: true (claims forget --force) to confirm`;
+
+const claimLocked = (scope: string, key: string) =>
+  `${scope} key ${key} is held by a delivery running it in a transaction right now; try again once it finishes`;
+
+const badListOption = (option: string, value: unknown, expected: string) =>
+  `IdempotencyClaims.list option ${option} must be ${expected}, got ${typeof value === 'string' ? `'${value}'` : String(value)}`;
 
 /** Sends one statement: a pg Pool's or Client's `query`. */
 export type OperatorQuery = (text: string, values: unknown[]) => Promise<{ rows: Record<string, any>[] }>;

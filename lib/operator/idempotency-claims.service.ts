@@ -1,6 +1,6 @@
 import { Inject, Injectable, Logger } from '@nestjs/common';
 import { IDEMPOTENCY_CONFIG } from '../idempotency.constants.js';
-import { claimActionRefused, claimForgotten, claimReleased } from '../idempotency.messages.js';
+import { claimForgotten, claimReleased } from '../idempotency.messages.js';
 import { IdempotencyMetrics } from '../idempotency.metrics.js';
 import type {
   ClaimListOptions,
@@ -13,6 +13,8 @@ import type {
 import { ClaimDatabase } from '../postgres/claim-database.js';
 import { pgPoolOf } from '../postgres/typeorm-internals.js';
 import { ClaimsOperator } from './claims.operator.js';
+
+const claimActionRefused = (action: string, message: string) => `${action} refused: ${message}`;
 
 /**
  * The claims table for operators, from inside the app (an admin endpoint, a script run with the

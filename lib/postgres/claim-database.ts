@@ -1,12 +1,6 @@
 import { Inject, Injectable, Logger, type OnModuleInit } from '@nestjs/common';
 import type { DataSource } from 'typeorm';
 import { IDEMPOTENCY_CONFIG, IDEMPOTENCY_DATA_SOURCE } from '../idempotency.constants.js';
-import {
-  claimTableMismatch,
-  claimTableMissing,
-  failedIndexMissing,
-  unfinishedIndexMissing,
-} from '../idempotency.messages.js';
 import type { IdempotencyConfig } from '../interfaces/index.js';
 import { claimTable, type ClaimTable } from './claim-table.js';
 import { claimStatements, type ClaimStatements } from './claim.sql.js';
@@ -15,6 +9,18 @@ import { PreparedStatements } from './prepared-statements.js';
 import { watchOutsideWrites } from './outside-write.subscriber.js';
 import { StatementExecutor } from './statement-executor.js';
 import { assertTypeOrmInternals, listenForEarlyErrors } from './typeorm-internals.js';
+
+const claimTableMissing = (table: string) =>
+  `IdempotencyModule cannot start: the claims table ${table} does not exist. Run the library's migrations (migrations: [...IDEMPOTENCY_MIGRATIONS], or processedEventsMigrations({ schema, table }) for a table of your own), or check the schema and table options`;
+
+const claimTableMismatch = (table: string, problems: string[]) =>
+  `IdempotencyModule cannot start: the claims table ${table} is not the one its migrations create (${problems.join('; ')}). Run the library's migrations, or point the schema and table options at the right table`;
+
+const unfinishedIndexMissing = (table: string) =>
+  `The claims table ${table} has no index on unfinished claims: the reporter's poison query reads the whole table. Run the library's migrations (IDEMPOTENCY_MIGRATIONS adds it)`;
+
+const failedIndexMissing = (table: string) =>
+  `The claims table ${table} has no index on failed claims: retention walks every unfinished claim to find the old failed ones. Run the library's migrations (IDEMPOTENCY_MIGRATIONS adds it)`;
 
 /** The columns every statement relies on, with the type each must have. */
 const EXPECTED_COLUMNS: Record<string, string> = {

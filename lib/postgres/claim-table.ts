@@ -1,4 +1,5 @@
-import { badTableOption } from '../idempotency.messages.js';
+const badTableOption = (option: string, value: unknown, expected: string) =>
+  `IdempotencyModule option ${option} must be ${expected}, got ${typeof value === 'string' ? `'${value}'` : String(value)}`;
 
 /** The default name of the claims table. */
 export const DEFAULT_TABLE = 'processed_events';

@@ -3,7 +3,7 @@ import type { EntityManager, QueryRunner } from 'typeorm';
 import { runAfterCommit } from '../core/after-commit.js';
 import type { ClaimHandle, TransactionExecutor } from '../core/claim-strategy.js';
 import { processWide } from '../core/process-wide.js';
-import { claimTransactionOver, claimUnsettled } from '../idempotency.messages.js';
+import { claimUnsettled } from '../idempotency.messages.js';
 import { claimAfterSql, type ClaimStatements } from './claim.sql.js';
 import {
   executeArguments,
@@ -27,6 +27,9 @@ interface DeferredStatement {
   literals: readonly string[];
 }
 import { adoptTransaction, connectRunner, forgetTransaction } from './typeorm-internals.js';
+
+const claimTransactionOver = () =>
+  `The claim transaction is over: SQL through the delivery's executor (and IdempotencyContext.enqueue()) must run inside the handler, before it returns`;
 
 /**
  * Postgres answered COMMIT with ROLLBACK: a statement of the transaction had failed (and the

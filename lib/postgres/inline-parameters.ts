@@ -1,5 +1,10 @@
 import { createHash } from 'node:crypto';
-import { parameterNotInlinable, statementNotInlinable } from '../idempotency.messages.js';
+
+const statementNotInlinable = (what: string) =>
+  `A statement sent with the COMMIT has its values inlined, and this one has ${what}; send it with executeSql() instead`;
+
+const parameterNotInlinable = (type: string) =>
+  `A statement sent with the COMMIT has its values inlined as literals; a value of type ${type === 'object' ? 'array or Buffer' : type} cannot be; send it with executeSql() instead`;
 
 /** A statement cut at its placeholders: `pieces[k]`, then value `indexes[k]`, ..., then the last piece. */
 export interface StatementTemplate {

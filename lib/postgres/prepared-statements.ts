@@ -1,5 +1,10 @@
 import type { Logger } from '@nestjs/common';
-import { preparedStatementsOff, statementForgotten } from '../idempotency.messages.js';
+
+const statementForgotten = (name: string, code: string) =>
+  `The prepared statement ${name} was not what this connection's server session had (SQLSTATE ${code}: DEALLOCATE ALL, DISCARD ALL, or a pooler in transaction mode); it was sent again unprepared`;
+
+const preparedStatementsOff = (name: string, code: string, misses: number) =>
+  `Prepared statements turned off: ${misses} statements (the last ${name}, SQLSTATE ${code}) met server sessions that did not have them as this connection did, as behind a transaction-mode pooler (PgBouncer, Supavisor). The claims now go unprepared; set preparedStatements: false to skip this detection`;
 
 /** The `preparedStatements` option. */
 export type PreparedStatementsOption = boolean | 'auto';

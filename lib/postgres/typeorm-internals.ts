@@ -7,7 +7,12 @@
  */
 import type { Pool, PoolClient } from 'pg';
 import type { DataSource, QueryRunner } from 'typeorm';
-import { typeormInternalsMoved, unsupportedDriver } from '../idempotency.messages.js';
+
+const unsupportedDriver = (type: string) =>
+  `IdempotencyModule needs a DataSource on the postgres driver (node-postgres), got type '${type}'`;
+
+const typeormInternalsMoved = (missing: string[]) =>
+  `IdempotencyModule cannot run on this TypeORM: ${missing.join(', ')} moved or changed (see lib/postgres/typeorm-internals.ts). Use a supported TypeORM (0.3.x or 1.x) and report the version`;
 
 /** What TypeORM's startTransaction() and commitTransaction() set on a PostgresQueryRunner. */
 interface TransactionState {

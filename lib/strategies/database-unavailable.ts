@@ -1,7 +1,9 @@
 import type { Logger } from '@nestjs/common';
 import { IdempotencyUnavailableError } from '../idempotency.errors.js';
-import { databaseUnavailable } from '../idempotency.messages.js';
 import { errorCode } from '../postgres/pg-errors.js';
+
+export const databaseUnavailable = (key: string) =>
+  `Could not record event ${key}: the database is unavailable; retry later`;
 
 /**
  * Logs a database failure with `log` and wraps it for the answer every transport gives it:

@@ -5,14 +5,7 @@ import type { ClaimResult } from '../core/claim-result.js';
 import type { ClaimHandle, ClaimSpec, ClaimStrategy } from '../core/claim-strategy.js';
 import { commitFaultsArmed, takeCommitFault } from '../core/commit-faults.js';
 import { DEFAULTS, IDEMPOTENCY_CONFIG } from '../idempotency.constants.js';
-import {
-  claimFailedLog,
-  completionFailed,
-  handlerDatabaseFailedLog,
-  heartbeatFailed,
-  leaseLost,
-  releaseFailed,
-} from '../idempotency.messages.js';
+import { claimFailedLog, handlerDatabaseFailedLog } from '../idempotency.messages.js';
 import { IdempotencyMetrics } from '../idempotency.metrics.js';
 import type { IdempotencyConfig } from '../interfaces/index.js';
 import { ClaimDatabase } from '../postgres/claim-database.js';
@@ -22,6 +15,19 @@ import { databaseUnavailableError } from './database-unavailable.js';
 import { isRefusal } from './handler-refusal.js';
 import { LeaseHandle } from './lease-handle.js';
 import { RetryAfterEstimator } from './retry-after.estimator.js';
+import { describeError } from '../idempotency.messages.js';
+
+const leaseLost = (scope: string, key: string, mine: number, current: number | undefined) =>
+  `Lease lost: ${scope} key ${key} finished attempt ${mine} after its lease was taken over (current attempt ${current ?? 'unknown'}); the side effect may have run twice`;
+
+const completionFailed = (scope: string, key: string, error: unknown) =>
+  `Could not mark ${scope} key ${key} done after its handler succeeded: ${describeError(error)}; the lease will expire and be reported`;
+
+const releaseFailed = (scope: string, key: string, error: unknown) =>
+  `Could not mark ${scope} key ${key} failed: ${describeError(error)}; it becomes claimable when its lease expires`;
+
+const heartbeatFailed = (scope: string, key: string, error: unknown) =>
+  `Heartbeat of ${scope} key ${key} failed: ${describeError(error)}`;
 
 /**
  * Claims between the lease claim and its state read can change hands (a lease expires, a holder

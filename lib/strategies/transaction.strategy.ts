@@ -9,15 +9,7 @@ import {
   IdempotencyUnavailableError,
   TransactionAbortedError,
 } from '../idempotency.errors.js';
-import {
-  claimFailedLog,
-  commitAmbiguousLog,
-  failureNotRecorded,
-  handlerDatabaseFailedLog,
-  slowTransaction,
-  transactionAborted,
-  transactionAbortedLog,
-} from '../idempotency.messages.js';
+import { claimFailedLog, handlerDatabaseFailedLog } from '../idempotency.messages.js';
 import { IdempotencyMetrics } from '../idempotency.metrics.js';
 import type { IdempotencyConfig } from '../interfaces/index.js';
 import { ClaimDatabase } from '../postgres/claim-database.js';
@@ -42,6 +34,22 @@ import { databaseUnavailableError } from './database-unavailable.js';
 import { isRefusal } from './handler-refusal.js';
 import { InProcessWaiters } from './in-process-waiters.js';
 import { RetryAfterEstimator } from './retry-after.estimator.js';
+import { describeError } from '../idempotency.messages.js';
+
+const transactionAborted = (key: string) =>
+  `Event ${key} was not processed: a statement in its transaction failed, so nothing was committed; retry later`;
+
+const transactionAbortedLog = (scope: string, key: string) =>
+  `Handler of ${scope} returned for key ${key} after a statement in its transaction failed; PostgreSQL rolled the COMMIT back and nothing was written. Let database errors propagate, or recover from them inside a nested manager.transaction()`;
+
+const slowTransaction = (scope: string, ms: number, limit: number) =>
+  `${scope} held its transaction for ${ms} ms (more than ${limit} ms); if it calls something outside the database, mark it @IdempotentWebhook({ external: true })`;
+
+const commitAmbiguousLog = (scope: string, key: string, code: string | undefined, error: unknown) =>
+  `COMMIT of ${scope} key ${key} may have committed; the redelivery will tell (SQLSTATE ${code ?? 'none'}): ${describeError(error)}`;
+
+const failureNotRecorded = (scope: string, key: string, error: unknown) =>
+  `Could not record the failure of ${scope} key ${key} (${describeError(error)}); the next delivery runs it again all the same`;
 
 /** How often a serialization failure or deadlock is retried from scratch (claim and handler). */
 const MAX_TRANSACTION_TRIES = 3;

@@ -2,15 +2,23 @@ import { Injectable, type OnModuleInit } from '@nestjs/common';
 import { DiscoveryService, MetadataScanner } from '@nestjs/core';
 import type { InstanceWrapper } from '@nestjs/core/injector/instance-wrapper.js';
 import { IDEMPOTENT_METHOD_METADATA, IDEMPOTENT_WEBHOOK_METADATA } from '../idempotency.constants.js';
-import {
-  gatewayUnsupported,
-  methodOnFactoryProvider,
-  methodOnHandler,
-  resolverUnsupported,
-  unprotectedHandlers,
-  webhookOffHandler,
-} from '../idempotency.messages.js';
+import { unprotectedHandlers } from '../idempotency.messages.js';
 import { webhookTransactionManager } from './webhook-transaction.decorator.js';
+
+export const methodOnFactoryProvider = (where: string, token: string) =>
+  `@Idempotent on ${where}: the provider ${token} is built by useValue or useFactory, so Nest cannot inject the IdempotencyService its calls need; provide the class itself (useClass or the class as provider)`;
+
+export const gatewayUnsupported = (decorator: string, where: string) =>
+  `${decorator} on ${where}: WebSocket gateways are not supported (a socket message has no redelivery to answer); call IdempotencyService.run() from the handler`;
+
+export const resolverUnsupported = (decorator: string, where: string) =>
+  `${decorator} on ${where}: GraphQL resolvers are not supported; call IdempotencyService.run() from the resolver`;
+
+export const webhookOffHandler = (where: string) =>
+  `@IdempotentWebhook on ${where}: not a controller route or message handler, so no interceptor would run it; use @Idempotent on provider methods`;
+
+export const methodOnHandler = (where: string) =>
+  `@Idempotent on ${where}: a route or message handler; use @IdempotentWebhook, which answers duplicates in flight with 409/503 + Retry-After`;
 
 /**
  * Metadata keys other packages set, read here to tell where a decorated method lives. Strings, not

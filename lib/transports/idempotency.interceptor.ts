@@ -11,11 +11,14 @@ import { extractIdempotencyKey } from '../core/idempotency-key.js';
 import { ClaimRunner } from '../core/claim-runner.js';
 import { IDEMPOTENCY_CONFIG, IDEMPOTENT_WEBHOOK_METADATA } from '../idempotency.constants.js';
 import { EventInFlightError } from '../idempotency.errors.js';
-import { duplicateInFlight, unsupportedContext } from '../idempotency.messages.js';
+import { duplicateInFlight } from '../idempotency.messages.js';
 import type { IdempotencyConfig } from '../interfaces/index.js';
 import { ACKNOWLEDGE, type DeliveryTransport } from './delivery-transport.js';
 import { DELIVERY_TRANSPORT_REGISTRY } from './delivery-transports.js';
 import type { IdempotentWebhookMetadata } from './idempotent-webhook.decorator.js';
+
+const unsupportedContext = (scope: string, type: string) =>
+  `@IdempotentWebhook on ${scope} cannot protect a '${type}' execution context; the handler was not run`;
 
 /**
  * Applied by `@IdempotentWebhook`: extracts and checks the key, runs the handler through

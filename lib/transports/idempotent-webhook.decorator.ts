@@ -3,9 +3,12 @@ import { resolveClaimSpec } from '../core/claim-options.js';
 import type { ClaimSpec } from '../core/claim-strategy.js';
 import { SIGNATURE_GUARDS, signatureGuardNamed } from '../guards/signature-guards.js';
 import { IDEMPOTENT_WEBHOOK_METADATA } from '../idempotency.constants.js';
-import { missingKeyFunction, unknownSignatureName } from '../idempotency.messages.js';
+import { missingKeyFunction } from '../idempotency.messages.js';
 import type { IdempotencyKeyExtractor, IdempotentWebhookOptions } from '../interfaces/index.js';
 import { IdempotencyInterceptor } from './idempotency.interceptor.js';
+
+const unknownSignatureName = (value: unknown, known: readonly string[]) =>
+  `@IdempotentWebhook option signature must be one of ${known.map((name) => `'${name}'`).join(', ')}, got ${typeof value === 'string' ? `'${value}'` : String(value)}`;
 
 /** `@IdempotentWebhook`'s options beside the claim's. */
 const WEBHOOK_OPTIONS = ['key', 'signature'] as const satisfies readonly (keyof IdempotentWebhookOptions)[];

@@ -1,6 +1,7 @@
 import { createParamDecorator } from '@nestjs/common';
 import { currentDelivery } from '../core/idempotency-context.js';
-import { outsideTransaction } from '../idempotency.messages.js';
+
+const outsideTransaction = () => '@WebhookTransaction() is only available in an @IdempotentWebhook handler';
 
 /**
  * What `@WebhookTransaction()` injects: the manager of the current delivery's claim transaction.

@@ -6,14 +6,6 @@ import {
   headerEmpty,
   headerMalformed,
   headerMissing,
-  keyEmpty,
-  keyExtractorThrew,
-  keyHasNul,
-  keyNotString,
-  keyNotWellFormed,
-  keyTooLong,
-  keyTooManyBytes,
-  rawBodyNotKept,
   signatureMismatch,
 } from '../../lib/idempotency.messages.js';
 import { signedBodyEmpty, signedBodyNotJson } from '../../lib/guards/signed-body.js';
@@ -25,6 +17,16 @@ import { ADAPTERS, startApp, type AdapterName, type RunningApp } from '../suppor
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import { RawHttpClient, type RawResponse } from '../support/raw-http-client.js';
 import { stripeSignature } from '../support/webhook-signers.js';
+import {
+  keyEmpty,
+  keyExtractorThrew,
+  keyHasNul,
+  keyNotString,
+  keyNotWellFormed,
+  keyTooLong,
+  keyTooManyBytes,
+} from '../../lib/core/idempotency-key.js';
+import { rawBodyNotKept } from '../../lib/guards/raw-body.js';
 
 /**
  * Bad input, by property: thousands of generated deliveries (JSON of every shape, raw bytes under

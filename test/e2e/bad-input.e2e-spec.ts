@@ -1,11 +1,11 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import request from 'supertest';
 import { MAX_CLAIM_KEY_BYTES } from '../../lib/core/idempotency-key.js';
-import { keyTooManyBytes } from '../../lib/idempotency.messages.js';
 import { ADAPTERS, startApp, type RunningApp } from '../support/app.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import { BadInputController, OVERLONG_KEY } from '../fixtures/bad-input.fixture.js';
 import { FixtureController, WebhookFixtureModule } from '../fixtures/webhook-fixture.module.js';
+import { keyTooManyBytes } from '../../lib/core/idempotency-key.js';
 
 /**
  * Every bad input is answered 400 with a message naming the problem, before anything is written

@@ -5,16 +5,7 @@ import { Test } from '@nestjs/testing';
 import { lastValueFrom } from 'rxjs';
 import request from 'supertest';
 import { Idempotent, IdempotentWebhook } from '../../lib/index.js';
-import {
-  badClaimOption,
-  gatewayUnsupported,
-  methodOnFactoryProvider,
-  methodOnHandler,
-  missingKeyFunction,
-  resolverUnsupported,
-  unprotectedHandlers,
-  webhookOffHandler,
-} from '../../lib/idempotency.messages.js';
+import { badClaimOption, missingKeyFunction, unprotectedHandlers } from '../../lib/idempotency.messages.js';
 import {
   BootCheckModule,
   LoopbackWsAdapter,
@@ -35,6 +26,13 @@ import { bootFailure as initFailure } from '../support/boot-failure.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import { freePort } from '../support/postgres-server.js';
 import { waitUntil } from '../support/wait-until.js';
+import {
+  gatewayUnsupported,
+  methodOnFactoryProvider,
+  methodOnHandler,
+  resolverUnsupported,
+  webhookOffHandler,
+} from '../../lib/transports/idempotency.explorer.js';
 
 /**
  * The boot check (transports/idempotency.explorer.ts): an app whose decorators would run a

@@ -2,7 +2,6 @@ import { readFileSync } from 'node:fs';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
 import { claimTable } from '../../lib/postgres/claim-table.js';
 import { createClaimTableSql } from '../../lib/postgres/schema.sql.js';
-import { releasedByOperator } from '../../lib/idempotency.messages.js';
 import { IdempotencyClaims } from '../../lib/index.js';
 import { WebhookFixtureModule } from '../fixtures/webhook-fixture.module.js';
 import { startApp, type RunningApp } from '../support/app.js';
@@ -11,6 +10,7 @@ import { CLI_ENTRY, runClaimsCli } from '../support/claims-cli.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import { claimRow, downstreamCalls } from '../support/lease-rows.js';
 import { freePort } from '../support/postgres-server.js';
+import { releasedByOperator } from '../../lib/operator/claims.operator.js';
 
 /** As the CLI's --max-attempts and the app's maxAttempts: two failures make a poison claim. */
 const MAX_ATTEMPTS = 2;

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import request from 'supertest';
-import { databaseUnavailable, duplicateInFlight, keyNotString } from '../../lib/idempotency.messages.js';
+import { duplicateInFlight } from '../../lib/idempotency.messages.js';
 import {
   DefaultAnswersController,
   FilteredController,
@@ -10,6 +10,8 @@ import { Gates, WebhookFixtureModule } from '../fixtures/webhook-fixture.module.
 import { ADAPTERS, startApp, type RunningApp } from '../support/app.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import { startPostgres, type PostgresServer } from '../support/postgres-server.js';
+import { databaseUnavailable } from '../../lib/strategies/database-unavailable.js';
+import { keyNotString } from '../../lib/core/idempotency-key.js';
 
 /** A delivery that hangs instead of failing fast is a failure of this test, not a Jest timeout. */
 const ANSWER_DEADLINE_MS = 15_000;

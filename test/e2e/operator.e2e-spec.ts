@@ -2,7 +2,6 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/glob
 import request from 'supertest';
 import { DataSource } from 'typeorm';
 import { REPORTER_SCOPE } from '../../lib/idempotency.constants.js';
-import { releasedByOperator } from '../../lib/idempotency.messages.js';
 import {
   ExpiredLeaseReporter,
   IdempotencyClaims,
@@ -20,6 +19,7 @@ import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import { claimRow, downstreamCalls } from '../support/lease-rows.js';
 import { LogCapture } from '../support/log-capture.js';
 import { waitUntil } from '../support/wait-until.js';
+import { releasedByOperator } from '../../lib/operator/claims.operator.js';
 
 const EXTERNAL = 'FixtureController.external';
 const ORDERS = 'FixtureController.order';

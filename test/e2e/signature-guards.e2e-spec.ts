@@ -5,17 +5,7 @@ import { FastifyAdapter } from '@nestjs/platform-fastify';
 import { Test } from '@nestjs/testing';
 import request, { type Response } from 'supertest';
 import type { WebhookSignatureOptions } from '../../lib/index.js';
-import {
-  headerMalformed,
-  headerMissing,
-  keyExtractorThrew,
-  rawBodyDisabled,
-  rawBodyNotEnabled,
-  rawBodyNotKept,
-  signatureGuardOnMessageHandler,
-  signatureGuardsRefused,
-  signatureSecretMissing,
-} from '../../lib/idempotency.messages.js';
+import { headerMalformed, headerMissing } from '../../lib/idempotency.messages.js';
 import { signedBodyEmpty, signedBodyNotJson, signedBodyWrongType } from '../../lib/guards/signed-body.js';
 import {
   GithubWebhookController,
@@ -33,6 +23,14 @@ import {
   standardWebhookSecret,
   stripeSignature,
 } from '../support/webhook-signers.js';
+import { keyExtractorThrew } from '../../lib/core/idempotency-key.js';
+import { rawBodyDisabled, rawBodyNotKept } from '../../lib/guards/raw-body.js';
+import {
+  rawBodyNotEnabled,
+  signatureGuardOnMessageHandler,
+  signatureGuardsRefused,
+  signatureSecretMissing,
+} from '../../lib/guards/signature-guards.explorer.js';
 
 /** GitHub's documented test vector ("Validating webhook deliveries"). */
 const GITHUB_VECTOR = {

@@ -14,7 +14,7 @@ import {
   keyNotWellFormed,
   keyTooLong,
   keyTooManyBytes,
-} from '../../lib/idempotency.messages.js';
+} from '../../lib/core/idempotency-key.js';
 
 const SCOPE = 'PaymentsController.stripe';
 /** The module's default maxKeyLength. */

@@ -4,14 +4,13 @@ import type { ClaimSpec } from '../../core/claim-strategy.js';
 import { extractIdempotencyKey } from '../../core/idempotency-key.js';
 import { ClaimRunner } from '../../core/claim-runner.js';
 import { IDEMPOTENCY_CONFIG, IDEMPOTENT_METHOD_METADATA } from '../../idempotency.constants.js';
-import {
-  badClaimOption,
-  claimOptionType,
-  methodNotBound,
-  missingKeyFunction,
-  notAMethod,
-} from '../../idempotency.messages.js';
+import { badClaimOption, claimOptionType, missingKeyFunction } from '../../idempotency.messages.js';
 import type { IdempotencyConfig, IdempotentOptions } from '../../interfaces/index.js';
+
+const methodNotBound = (scope: string) =>
+  `@Idempotent method ${scope} was called on an instance Nest did not create (new, useValue or useFactory): it has no IdempotencyService to claim with, so it did not run`;
+
+const notAMethod = (where: string) => `@Idempotent on ${where}: not a method`;
 
 /** What `@Idempotent` stores on the method: the claim spec, resolved once, and the key extractor. */
 export interface IdempotentMethodMetadata extends ClaimSpec {

@@ -1,6 +1,8 @@
 import { MAX_TIMER_MS } from '../../idempotency.constants.js';
-import { badHandoffOption, unknownOption } from '../../idempotency.messages.js';
+import { unknownOption } from '../../idempotency.messages.js';
 import type { HandoffOptions, HandoffQueueOptions } from '../../interfaces/index.js';
+
+const badHandoffOption = (path: string, detail: string) => `IdempotencyModule option ${path} ${detail}`;
 
 /** The handoff's defaults; the option JSDoc repeats them. */
 export const HANDOFF_DEFAULTS = {

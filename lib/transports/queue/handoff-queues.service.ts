@@ -1,9 +1,13 @@
 import { Injectable, Logger } from '@nestjs/common';
-import { deadLetteredJob, moreDeadLetteredJobs } from '../../idempotency.messages.js';
 import type { DeadLetteredJob, QueueStats } from '../../interfaces/index.js';
 import { HandoffMetrics } from './handoff-metrics.js';
 import { readHandoffPayload } from './handoff-payload.js';
 import { QueueHandoff } from './queue-handoff.js';
+
+const deadLetteredJob = (queue: string, deadLetter: string, key: string, lastError: string | null) =>
+  `dead-lettered job: queue ${queue} event ${key} ran out of retries and waits in ${deadLetter}${lastError ? `; last error: ${lastError}` : ''}`;
+
+const moreDeadLetteredJobs = (count: number) => `... and ${count} more dead-lettered jobs`;
 
 /** Dead-lettered jobs logged per report; the rest is counted in one line. */
 const MAX_LOGGED_DEAD_LETTERS = 50;

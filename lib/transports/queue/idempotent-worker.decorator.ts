@@ -1,8 +1,11 @@
 import { resolveClaimSpec } from '../../core/claim-options.js';
 import type { ClaimSpec } from '../../core/claim-strategy.js';
-import { badClaimOption, claimOptionType, workerBadQueue } from '../../idempotency.messages.js';
+import { badClaimOption, claimOptionType } from '../../idempotency.messages.js';
 import type { IdempotentWorkerOptions } from '../../interfaces/index.js';
 import { isQueueName } from './handoff-options.js';
+
+const workerBadQueue = (value: unknown) =>
+  `@IdempotentWorker needs a queue name (1 to 100 letters, digits, and _ . - /), got ${typeof value === 'string' ? `'${value}'` : String(value)}`;
 
 /** Metadata key under which `@IdempotentWorker` stores its resolved options on the method. */
 export const IDEMPOTENT_WORKER_METADATA = 'idempotency:worker';

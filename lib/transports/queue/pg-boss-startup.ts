@@ -1,9 +1,16 @@
 import type { Logger } from '@nestjs/common';
 import type { SqlExecutor } from '../../core/claim-strategy.js';
-import { pgBossFailed, pgBossInstallRaced, queueCreationRaced } from '../../idempotency.messages.js';
+import { pgBossFailed } from '../../idempotency.messages.js';
 import { isCatalogRace, isRetryable } from '../../postgres/pg-errors.js';
 import type { HandoffConfig, QueueSettings } from './handoff-options.js';
 import type { PgBoss, PgBossConstructor } from './pg-boss.js';
+import { describeError } from '../../idempotency.messages.js';
+
+const pgBossInstallRaced = (schema: string, error: unknown) =>
+  `pg-boss: another instance was installing schema ${schema} at the same moment (${describeError(error)}); starting again`;
+
+const queueCreationRaced = (queue: string, error: unknown) =>
+  `pg-boss: another instance was creating queue ${queue} at the same moment (${describeError(error)}); creating it again`;
 
 /** Tries of pg-boss's start, and of each queue's creation, when another replica does the same at that moment. */
 const INSTALL_ATTEMPTS = 3;

@@ -4,7 +4,10 @@ import { loadOptionalPeer } from '../../core/optional-peer.js';
  * peer: nothing imports it until a module with a `handoff` option starts.
  */
 import type { SqlExecutor } from '../../core/claim-strategy.js';
-import { pgBossMissing } from '../../idempotency.messages.js';
+import { describeError } from '../../idempotency.messages.js';
+
+const pgBossMissing = (error: unknown) =>
+  `IdempotencyModule option handoff needs pg-boss, an optional peer dependency (npm install pg-boss@^10.4): ${describeError(error)}`;
 
 /** A job as pg-boss's fetch() returns it with `includeMetadata: true` (the fields read here). */
 export interface PgBossJob {

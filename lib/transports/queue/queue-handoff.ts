@@ -14,18 +14,7 @@ import type { SqlExecutor } from '../../core/claim-strategy.js';
 import type { IdempotentDelivery } from '../../core/idempotency-context.js';
 import type { JobEnqueuer } from '../../core/job-enqueuer.js';
 import { IDEMPOTENCY_CONFIG, IDEMPOTENCY_DATA_SOURCE } from '../../idempotency.constants.js';
-import {
-  drainTimedOut,
-  enqueueBadOption,
-  enqueueBadQueue,
-  enqueueNeedsTransaction,
-  handoffNotConfigured,
-  handoffNotStarted,
-  pgBossFailed,
-  pgBossSendChanged,
-  queueMissing,
-  workersWithoutHandoff,
-} from '../../idempotency.messages.js';
+import { handoffNotConfigured, pgBossFailed } from '../../idempotency.messages.js';
 import type { EnqueueOptions, HandedOffEvent, IdempotencyConfig } from '../../interfaces/index.js';
 import { poolExecutor } from '../../postgres/pool-executor.js';
 import { queueStatements, type QueueStatements } from '../../postgres/queue.sql.js';
@@ -42,6 +31,30 @@ import { loadPgBoss, type PgBoss } from './pg-boss.js';
 import { startHandoffQueues } from './pg-boss-startup.js';
 import { findWorkers } from './worker.explorer.js';
 import { WorkerLoop, type WorkerRegistration } from './worker-loop.js';
+
+const enqueueNeedsTransaction = (scope: string) =>
+  `${scope} called IdempotencyContext.enqueue() without a claim transaction (external mode, or a delivery made by a test helper): a job is written in the claim's transaction, so that both commit or neither does; hand off from a transaction-mode handler`;
+
+const enqueueBadQueue = (value: unknown) =>
+  `IdempotencyContext.enqueue() needs a queue name (a non-empty string), got ${typeof value === 'string' ? `'${value}'` : String(value)}`;
+
+const enqueueBadOption = (option: string, expected: string, value: unknown) =>
+  `IdempotencyContext.enqueue() option ${option} must be ${expected}, got ${String(value)}`;
+
+const queueMissing = (queue: string) =>
+  `No job was written to queue ${queue}: pg-boss has no such queue. List it in handoff.queues (or name it in an @IdempotentWorker) so that IdempotencyModule creates it at boot`;
+
+const handoffNotStarted = (queue: string) =>
+  `No job was written to queue ${queue}: the handoff has not started yet (the application is still booting); the delivery rolls back and the sender retries`;
+
+const workersWithoutHandoff = (where: string[]) =>
+  `IdempotencyModule refuses to start: @IdempotentWorker on ${where.join(', ')} needs the handoff option (handoff: { queues: { ... } }), or its jobs would never run`;
+
+const drainTimedOut = (count: number, drainMs: number) =>
+  `Shutdown: ${count} job(s) still running after handoff.drainMs (${drainMs} ms) were left for pg-boss to hand out again once they expire`;
+
+const pgBossSendChanged = (statements: number, returned: unknown, id: string) =>
+  `pg-boss's send() did not write one job as pg-boss 10 does (${statements} statements, id ${String(returned)} for ${id}): this pg-boss is not one the handoff supports (^10.4)`;
 
 /**
  * The handoff to workers, on pg-boss (an optional peer, loaded only with the `handoff` option):

@@ -1,18 +1,32 @@
 import type { Logger } from '@nestjs/common';
 import type { ClaimResult } from '../../core/claim-result.js';
 import type { ClaimRunner } from '../../core/claim-runner.js';
-import {
-  jobFailed,
-  jobInFlight,
-  jobNotHandedOff,
-  jobSettleFailed,
-  pgBossFailed,
-} from '../../idempotency.messages.js';
+import { pgBossFailed } from '../../idempotency.messages.js';
 import type { HandoffJob } from '../../interfaces/index.js';
 import type { HandoffMetrics } from './handoff-metrics.js';
 import { readHandoffPayload } from './handoff-payload.js';
 import type { IdempotentWorkerMetadata } from './idempotent-worker.decorator.js';
 import type { PgBoss, PgBossJob } from './pg-boss.js';
+import { describeError } from '../../idempotency.messages.js';
+
+const jobNotHandedOff = (queue: string, id: string) =>
+  `Job ${id} of queue ${queue} carries no event key (it was not enqueued through IdempotencyContext.enqueue()): failed without running`;
+
+const jobFailed = (
+  queue: string,
+  id: string,
+  key: string,
+  attempt: number,
+  retrying: boolean,
+  error: unknown,
+) =>
+  `Job ${id} of queue ${queue} (event ${key}) failed on attempt ${attempt}: ${describeError(error)}; ${retrying ? 'pg-boss retries it after its backoff' : 'no retries left, it goes to the dead-letter queue'}`;
+
+const jobInFlight = (queue: string, key: string) =>
+  `Event ${key} of queue ${queue} is being processed by another worker; its job is retried after its backoff`;
+
+const jobSettleFailed = (queue: string, id: string, what: string, error: unknown) =>
+  `Could not mark job ${id} of queue ${queue} ${what}: ${describeError(error)}; pg-boss hands it out again once it expires, and its claim answers it without running it twice`;
 
 /** One `@IdempotentWorker` method, found on its provider's instance. */
 export interface WorkerRegistration extends IdempotentWorkerMetadata {

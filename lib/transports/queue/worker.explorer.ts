@@ -1,14 +1,18 @@
 import type { DiscoveryService, MetadataScanner } from '@nestjs/core';
 import type { InstanceWrapper } from '@nestjs/core/injector/instance-wrapper.js';
 import { IDEMPOTENT_METHOD_METADATA, IDEMPOTENT_WEBHOOK_METADATA } from '../../idempotency.constants.js';
-import {
-  unprotectedHandlers,
-  workerAlsoIdempotent,
-  workerNotStatic,
-  workerOnController,
-} from '../../idempotency.messages.js';
+import { unprotectedHandlers } from '../../idempotency.messages.js';
 import { IDEMPOTENT_WORKER_METADATA, type IdempotentWorkerMetadata } from './idempotent-worker.decorator.js';
 import type { WorkerRegistration } from './worker-loop.js';
+
+const workerOnController = (where: string) =>
+  `@IdempotentWorker on ${where}: a controller; workers are provider methods, called with each job`;
+
+const workerNotStatic = (where: string, token: string) =>
+  `@IdempotentWorker on ${where}: the provider ${token} is request-scoped or transient, so there is no one instance to run its jobs; make it a singleton`;
+
+const workerAlsoIdempotent = (where: string) =>
+  `@IdempotentWorker on ${where}: the method also carries @Idempotent or @IdempotentWebhook; the worker already runs each job under a claim, so keep one decorator`;
 
 /**
  * Every `@IdempotentWorker` method of the app, found as @nestjs/schedule finds its jobs

@@ -6,8 +6,10 @@ import {
   IdempotencyUnavailableError,
   InvalidIdempotencyKeyError,
 } from '../../idempotency.errors.js';
-import { eventKeyRejected } from '../../idempotency.messages.js';
 import { ACKNOWLEDGE, type DeliveryTransport, type SettledResult } from '../delivery-transport.js';
+
+const eventKeyRejected = (reason: string) =>
+  `${reason}; the event was acknowledged without running its handler (a redelivery would be refused the same way)`;
 
 /**
  * @nestjs/microservices' PATTERN_HANDLER_METADATA and PatternHandler.EVENT, as values rather than
