@@ -17,6 +17,8 @@ import {
   errorCode,
   INVALID_TEXT_REPRESENTATION,
   isConnectionError,
+  isDataError,
+  isRetryable,
 } from './pg-errors.js';
 import type { PreparedStatements } from './prepared-statements.js';
 import { claimQuery, isPreparedStatementMiss, type ClaimStatement } from './statement-executor.js';
@@ -69,6 +71,20 @@ export type ClaimFound =
   | { readonly kind: 'claimed'; readonly reclaimed: boolean }
   | { readonly kind: 'done' }
   | { readonly kind: 'leased'; readonly secondsLeft: number; readonly heldMs: number };
+
+/**
+ * How a COMMIT ended, the one value the strategy acts on: committed; nothing written and the whole
+ * claim may run again (`retry`: a serialization failure, or a statement sent with it that missed
+ * its prepared state); `rolled_back` (a statement of the transaction had failed and the handler
+ * went on, so PostgreSQL turned the COMMIT into a ROLLBACK); `refused` (the data was refused at
+ * COMMIT: a deferred constraint, a job the COMMIT could not write); `unknown` (the answer was
+ * lost: it may have committed). In every case but `committed` the transaction is over.
+ */
+export type CommitOutcome =
+  | { readonly kind: 'committed' }
+  | { readonly kind: 'retry' | 'rolled_back' | 'refused' | 'unknown'; readonly error: unknown };
+
+const COMMITTED: CommitOutcome = { kind: 'committed' };
 
 const FIRST_CLAIM: ClaimFound = { kind: 'claimed', reclaimed: false };
 const RECLAIMED: ClaimFound = { kind: 'claimed', reclaimed: true };
@@ -351,18 +367,39 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
   }
 
   /**
-   * What a process killed just before its COMMIT leaves: the transaction rolled back (Postgres
-   * does that for a lost session), and an error a lost connection would raise. For the testing
-   * helpers' crashBeforeCommit(): the delivery goes down the same path as a real crash would,
-   * up to the answer.
+   * Commits, with what beforeCommit() collected, and says how that ended (CommitOutcome). With
+   * `lose` (the testing helpers' crashBeforeCommit()), what a process killed just before its
+   * COMMIT leaves instead: the transaction rolled back, as Postgres does for a lost session, and
+   * the answer a lost connection gives, so the delivery goes down a real crash's path.
    */
-  async loseCommit(): Promise<never> {
-    this.deferred = undefined;
-    this.committed = undefined;
-    await this.end('ROLLBACK');
-    throw Object.assign(new Error('Connection terminated before the COMMIT (crashBeforeCommit)'), {
-      code: 'ECONNRESET',
-    });
+  async commit(lose = false): Promise<CommitOutcome> {
+    if (lose) {
+      this.deferred = undefined;
+      this.committed = undefined;
+      await this.rollbackQuietly();
+      const error = new Error('Connection terminated before the COMMIT (crashBeforeCommit)');
+      return { kind: 'unknown', error: Object.assign(error, { code: 'ECONNRESET' }) };
+    }
+    try {
+      await this.end('COMMIT');
+      return COMMITTED;
+    } catch (error) {
+      // The transaction is over; nothing (or, for `unknown`, perhaps everything) was written.
+      if (error instanceof CommitRolledBackError) return { kind: 'rolled_back', error };
+      await this.rollbackQuietly();
+      if (isRetryable(error) || error instanceof DeferredStatementMissError) return { kind: 'retry', error };
+      if (isDataError(error)) return { kind: 'refused', error };
+      return { kind: 'unknown', error };
+    }
+  }
+
+  /** Rolls back if a transaction is open; a lost connection has rolled back on its own. */
+  async rollbackQuietly(): Promise<void> {
+    try {
+      await this.end('ROLLBACK');
+    } catch {
+      // The connection is gone; Postgres rolls the transaction back on its own.
+    }
   }
 
   /** The transaction's connection while it is open; throws once it is over. */

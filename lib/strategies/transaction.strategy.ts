@@ -16,8 +16,6 @@ import { ClaimDatabase } from '../postgres/claim-database.js';
 import { isUsersSubscriber } from '../postgres/outside-write.subscriber.js';
 import {
   ClaimTransaction,
-  CommitRolledBackError,
-  DeferredStatementMissError,
   type ClaimFound,
   type ClaimTransactionOptions,
   type ClaimValues,
@@ -26,7 +24,6 @@ import {
   errorCode,
   errorMessage,
   isConnectionError,
-  isDataError,
   isRetryable,
   LOCK_NOT_AVAILABLE,
 } from '../postgres/pg-errors.js';
@@ -118,9 +115,11 @@ export class TransactionStrategy implements ClaimStrategy {
   }
 
   /**
-   * One function with its error handling inline, rather than a helper per step: every async
-   * layer is a promise on every delivery, and under AsyncLocalStorage every promise pays its
-   * hooks. Each delivery counts exactly one outcome, after its last try.
+   * A delivery, top to bottom: begin and claim (the Postgres side says what it found), run the
+   * work, commit (it says how that ended), and each outcome is answered where it is met. One
+   * function with its error handling inline, rather than a helper per step: every async layer is
+   * a promise on every delivery, and under AsyncLocalStorage every promise pays its hooks. Each
+   * delivery counts exactly one outcome, after its last try.
    */
   private async claimAndRun<T>(
     id: string,
@@ -142,12 +141,13 @@ export class TransactionStrategy implements ClaimStrategy {
           this.transactionOptions(),
         );
         try {
+          // 1. Begin and claim.
           const started = performance.now();
           let found: ClaimFound;
           try {
             found = await transaction.beginAndClaim(values);
           } catch (error) {
-            await rollbackQuietly(transaction);
+            await transaction.rollbackQuietly();
             // Another delivery (at another replica) held the claim past concurrentDuplicateWaitMs.
             if (errorCode(error) === LOCK_NOT_AVAILABLE) {
               return this.inFlight(spec, key, this.config.concurrentDuplicateWaitMs);
@@ -166,11 +166,12 @@ export class TransactionStrategy implements ClaimStrategy {
             return this.inFlight(spec, key, found.heldMs, found.secondsLeft);
           }
 
+          // 2. The work, in the claim's transaction.
           try {
             value = await work(transaction);
           } catch (error) {
             this.warnIfSlow(spec.scope, performance.now() - started);
-            await rollbackQuietly(transaction);
+            await transaction.rollbackQuietly();
             if (retriesLeft && isRetryable(error)) continue;
             // A lost connection or lasting contention is not the handler's fault: the redelivery
             // can succeed unchanged. A connection lost while the handler waited between statements
@@ -194,22 +195,33 @@ export class TransactionStrategy implements ClaimStrategy {
           }
           this.warnIfSlow(spec.scope, performance.now() - started);
 
-          try {
-            if (commitFaultsArmed() && takeCommitFault(spec.scope, key)) await transaction.loseCommit();
-            await transaction.end('COMMIT');
-          } catch (error) {
-            // Postgres refused the COMMIT itself (serializable isolation), or a statement sent with
-            // it met a pooler's server connection without its prepared state: nothing was written.
-            if (isRetryable(error) || error instanceof DeferredStatementMissError) {
-              await rollbackQuietly(transaction);
+          // 3. Commit.
+          const committed = await transaction.commit(commitFaultsArmed() && takeCommitFault(spec.scope, key));
+          switch (committed.kind) {
+            case 'committed':
+              this.retryAfter.record(spec.scope, performance.now() - started);
+              this.metrics.count(found.reclaimed ? 'reclaimed' : 'claimed', spec.scope, key);
+              done = transaction;
+              break;
+            case 'retry':
               if (retriesLeft) continue;
-              throw this.unavailable(spec, key, error, claimFailedLog);
+              throw this.unavailable(spec, key, committed.error, claimFailedLog);
+            case 'rolled_back': {
+              this.logger.error(transactionAbortedLog(spec.scope, key));
+              const aborted = new TransactionAbortedError(transactionAborted(key), spec.scope, key);
+              await this.failed(transaction, spec, key, aborted);
+              throw aborted;
             }
-            throw await this.commitFailed(transaction, spec, key, error);
+            case 'refused':
+              // The handler's data was refused at COMMIT (a deferred constraint, say): its
+              // failure, as if it had thrown, not an unavailable database.
+              await this.failed(transaction, spec, key, committed.error);
+              throw committed.error;
+            case 'unknown':
+              // The COMMIT was sent and its answer lost: it may have committed. The redelivery
+              // tells (replayed if it did, processed if it did not), and is safe either way.
+              throw this.unavailable(spec, key, committed.error, commitAmbiguousLog);
           }
-          this.retryAfter.record(spec.scope, performance.now() - started);
-          this.metrics.count(found.reclaimed ? 'reclaimed' : 'claimed', spec.scope, key);
-          done = transaction;
           break;
         } finally {
           await transaction.release();
@@ -218,9 +230,9 @@ export class TransactionStrategy implements ClaimStrategy {
     } finally {
       this.waiters.end(id, done ? 'committed' : 'not_committed');
     }
-    // After the connection went back to the pool: the callbacks are not part of the transaction.
-    if (done!.hasAfterCommit) {
-      await done!.runAfterCommit((error) => this.logger.error(afterCommitFailed(spec.scope, key, error)));
+    // 4. After the connection went back to the pool: the callbacks are not part of the transaction.
+    if (done.hasAfterCommit) {
+      await done.runAfterCommit((error) => this.logger.error(afterCommitFailed(spec.scope, key, error)));
     }
     return { kind: 'processed', value: value as T };
   }
@@ -314,31 +326,6 @@ export class TransactionStrategy implements ClaimStrategy {
     );
   }
 
-  /** What to throw for a COMMIT that failed after the handler returned. */
-  private async commitFailed(
-    transaction: ClaimTransaction,
-    spec: ClaimSpec,
-    key: string,
-    error: unknown,
-  ): Promise<unknown> {
-    if (error instanceof CommitRolledBackError) {
-      this.logger.error(transactionAbortedLog(spec.scope, key));
-      const aborted = new TransactionAbortedError(transactionAborted(key), spec.scope, key);
-      await this.failed(transaction, spec, key, aborted);
-      return aborted;
-    }
-    await rollbackQuietly(transaction);
-    // The handler's data was refused at COMMIT (a deferred constraint, say): its failure, as if
-    // it had thrown, not an unavailable database.
-    if (isDataError(error)) {
-      await this.failed(transaction, spec, key, error);
-      return error;
-    }
-    // The COMMIT was sent and its answer lost: it may have committed. The redelivery tells
-    // (replayed if it did, processed if it did not), and is safe either way.
-    return this.unavailable(spec, key, error, commitAmbiguousLog);
-  }
-
   /** Read per delivery: the DataSource may be initialized (subscribers built) after this is constructed. */
   private transactionOptions(): ClaimTransactionOptions {
     const { dataSource, statements, prepared } = this.database;
@@ -394,12 +381,3 @@ export class TransactionStrategy implements ClaimStrategy {
 
 /** The one replayed result: it carries nothing, so every replay shares it. */
 const REPLAYED: ClaimResult<never> = { kind: 'replayed' };
-
-/** Rolls back if a transaction is open; a lost connection has rolled back on its own. */
-async function rollbackQuietly(transaction: ClaimTransaction): Promise<void> {
-  try {
-    await transaction.end('ROLLBACK');
-  } catch {
-    // The connection is gone; Postgres rolls the transaction back on its own.
-  }
-}
