@@ -15,7 +15,7 @@ export interface IdempotentDelivery {
    * Transaction mode: the EntityManager of the claim's transaction; what it writes commits with
    * the claim or not at all. External mode has no claim transaction, and this throws: a write
    * there would be neither atomic with anything nor fenced, so make it through your own
-   * repository and keep it idempotent on its own (see the README's "External mode").
+   * repository and keep it idempotent on its own (see docs/modes.md, "External mode").
    */
   readonly manager: EntityManager;
   /** Transaction mode: SQL on the claim transaction's own connection, or sent with its COMMIT. */

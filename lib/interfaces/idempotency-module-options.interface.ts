@@ -110,7 +110,7 @@ export interface IdempotencyModuleOptions {
    * statement fails without running and is sent again unprepared (a round trip, never a 503).
    * `'auto'` stops preparing after a few such misses and says so in a warning; `true` keeps
    * preparing; `false` never prepares (transaction mode then sends `BEGIN` and the claim with its
-   * values inlined, still one round trip). See the README's "Connection poolers".
+   * values inlined, still one round trip). See docs/operations-and-poolers.md, "Connection poolers".
    * @default 'auto'
    */
   preparedStatements?: boolean | 'auto';
@@ -147,7 +147,7 @@ export interface IdempotencyModuleOptions {
    * Hand deliveries off to workers through pg-boss (an optional peer dependency, ^10.4):
    * `IdempotencyContext.enqueue()` writes a job in the claim's transaction and
    * `@IdempotentWorker` methods run each job under a claim of their own. pg-boss runs on the
-   * DataSource's pool, in its own schema. See the README's "Acknowledge fast".
+   * DataSource's pool, in its own schema. See docs/handoff.md.
    * @default undefined (pg-boss is never loaded)
    */
   handoff?: HandoffOptions;

@@ -1,5 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from '@jest/globals';
+import { ExactlyOnceError, expectOneEffect } from '../../lib/testing/index.js';
 
 const PAGE = 'docs/testing.md';
 const EXAMPLES = 'test/examples/testing/';
@@ -34,17 +35,22 @@ function exampleText(example: string): string {
     .replaceAll("'../../../lib/index.js'", "'nest-idempotent-webhooks'");
 }
 
+/** Fenced block languages that are TypeScript, as test/support/doc-blocks.ts has them. */
+const TYPESCRIPT = new Set(['ts', 'typescript']);
+
 /** Code as tokens: Prettier wraps the page's blocks and the files at different widths. */
 const tokens = (code: string) => code.replace(/,(\s*[)\]}])/g, '$1').replace(/\s+/g, '');
 
 /**
  * docs/testing.md shows only code that compiles and runs: each TypeScript block is a file (or a
  * region of one) under test/examples/testing/, which the type-check compiles and
- * test/e2e/docs-testing-example.e2e-spec.ts runs.
+ * test/e2e/docs-testing-example.e2e-spec.ts runs. Its other blocks are labeled too (markdownlint
+ * wants a language on every fence); the one `text` block is a failure message, and it is the one
+ * the helper gives.
  */
 describe(PAGE, () => {
   const page = blocks(readFileSync(PAGE, 'utf8'));
-  const code = page.filter((block) => block.language !== '');
+  const code = page.filter((block) => TYPESCRIPT.has(block.language));
 
   it('marks every code block with the example it shows', () => {
     expect(code.length).toBeGreaterThanOrEqual(8);
@@ -57,4 +63,21 @@ describe(PAGE, () => {
       expect(tokens(block.code)).toBe(tokens(exampleText(example)));
     },
   );
+
+  it("shows expectOneEffect's failure for a redelivery that did the work again, word for word", async () => {
+    const shown = page.filter((block) => block.language === 'text').map((block) => block.code);
+    expect(shown).toHaveLength(1);
+    // A handler with no claim at all: every delivery does the work, so the redelivery counts 2.
+    let effects = 0;
+    const failure = await expectOneEffect({
+      concurrent: 1,
+      deliver: async () => {
+        effects++;
+        return { status: 200 };
+      },
+      effect: () => effects,
+    }).catch((error: unknown) => error);
+    expect(failure).toBeInstanceOf(ExactlyOnceError);
+    expect((failure as ExactlyOnceError).message).toBe(shown[0]);
+  });
 });

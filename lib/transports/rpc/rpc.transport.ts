@@ -38,7 +38,7 @@ type RpcExceptionClass = new (error: object) => Error;
  * nothing and the handler does not run, so the transport acknowledges it. The library's errors
  * become RpcExceptions whose error is an `IdempotencyRpcError` (with the original as `cause`),
  * so a `send()` caller sees the code and the retry delay; what each transport does with an error
- * of an event handler is in the README ("Beyond HTTP"). An event whose key is unusable is logged
+ * of an event handler is in docs/transports.md ("Microservices"). An event whose key is unusable is logged
  * and acknowledged rather than failed: its redelivery would fail the same way, and on Kafka a
  * failing event is retried forever, blocking its partition.
  */
