@@ -14,9 +14,10 @@ export interface IdempotencyModuleOptions {
    */
   leaseMs?: number;
   /**
-   * How long a concurrent duplicate in transaction mode waits for the first delivery's transaction
-   * (Postgres `lock_timeout` on the claim) before it is answered 409. Bounds how many pool
-   * connections a duplicate storm can hold.
+   * How long a concurrent duplicate waits for the first delivery's open transaction (Postgres
+   * `lock_timeout` on the claim) before it is answered in flight: in transaction mode, and for an
+   * external-mode claim that meets an open transaction-mode claim of its scope. Bounds how many
+   * pool connections a duplicate storm can hold.
    * @default 5000
    */
   concurrentDuplicateWaitMs?: number;
@@ -40,7 +41,8 @@ export interface IdempotencyModuleOptions {
    */
   slowTransactionWarnMs?: number;
   /**
-   * Status for a duplicate that finds a live lease held by another worker (external mode).
+   * Status of every in-flight answer, in either mode: a duplicate that finds the event held by
+   * another delivery (a live lease, or a transaction still open after `concurrentDuplicateWaitMs`).
    * @default 409
    */
   inFlightStatus?: 409 | 503;
