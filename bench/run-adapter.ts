@@ -1,4 +1,5 @@
-import { readFile } from 'node:fs/promises';
+import { readFile, rm, writeFile } from 'node:fs/promises';
+import { gzipSync } from 'node:zlib';
 import { join } from 'node:path';
 import pg from 'pg';
 import {
@@ -15,9 +16,11 @@ import { runLoad, type LoadResult } from './load/load-run.js';
 import { round, spread } from './load/percentiles.js';
 import { runStorm } from './load/storm.js';
 import { eventIds, stripeEventBody } from './load/stripe-event.js';
-import { attributeCpu } from './report/cpu-attribution.js';
+import { attributeCpu, type CpuProfile } from './report/cpu-attribution.js';
+import { renderFlameGraph } from './report/flame-graph.js';
 import type {
   AdapterResult,
+  AsyncWork,
   BaselinePairResult,
   BaselineRep,
   CellResult,
@@ -88,6 +91,7 @@ export async function runAdapter(
     for (const variant of VARIANTS) await load(variant, 'unique', options.warmS);
 
     const traces = (await traceAll(server, nextCell().next, VARIANTS)) as AdapterResult['traces'];
+    const asyncWork = (await countAsyncWork(server, nextCell().next, VARIANTS)) as AdapterResult['asyncWork'];
 
     const cells: CellResult[] = [];
     for (const workload of options.pathsOnly ? [] : WORKLOADS) {
@@ -175,6 +179,7 @@ export async function runAdapter(
       startedAt,
       finishedAt: new Date().toISOString(),
       traces,
+      asyncWork,
       happyPath: {
         'lib-tx vs raw-tx': extraRoundTrips(traces['lib-tx'].first, traces['raw-tx'].first),
         'lib-external vs raw-lease': extraRoundTrips(traces['lib-external'].first, traces['raw-lease'].first),
@@ -195,6 +200,41 @@ export async function runAdapter(
 }
 
 /** One new event and then a duplicate of it, through each variant, every statement recorded. */
+/** Deliveries per variant whose async work is counted: enough to average out a pool's housekeeping. */
+const COUNTED_DELIVERIES = 50;
+
+/**
+ * The promises and async resources each variant creates per delivery, for new keys and for
+ * replays of a key already done: COUNTED_DELIVERIES sequential deliveries on one keep-alive
+ * connection, counted by the server (bench/server/async-counter.ts).
+ */
+async function countAsyncWork(server: ServerProcess, nextId: () => string, variants: readonly Variant[]) {
+  const agent = keepAliveAgent(1);
+  const work: Partial<Record<Variant, { unique: AsyncWork; duplicate: AsyncWork }>> = {};
+  const perDelivery = (counts: Record<string, number>): AsyncWork => {
+    const byType = Object.fromEntries(
+      Object.entries(counts).map(([type, count]) => [type, round(count / COUNTED_DELIVERIES, 2)]),
+    );
+    const promises = byType.PROMISE ?? 0;
+    const all = Object.values(counts).reduce((sum, count) => sum + count, 0) / COUNTED_DELIVERIES;
+    return { deliveries: COUNTED_DELIVERIES, promises, resources: round(all - promises, 2), byType };
+  };
+  for (const variant of variants) {
+    const ids = Array.from({ length: COUNTED_DELIVERIES }, () => nextId());
+    const send = (id: string) => postJson(agent, server.url, `/${variant}`, stripeEventBody(id, 1));
+    const unique = await server.countAsync(async () => {
+      for (const id of ids) await send(id);
+    });
+    // The same keys again: replays (or, for the variant without dedupe, new orders again).
+    const duplicate = await server.countAsync(async () => {
+      for (const id of ids) await send(id);
+    });
+    work[variant] = { unique: perDelivery(unique), duplicate: perDelivery(duplicate) };
+  }
+  agent.destroy();
+  return work;
+}
+
 async function traceAll(server: ServerProcess, nextId: () => string, variants: readonly Variant[]) {
   const agent = keepAliveAgent(1);
   const traces: Partial<Record<Variant, { first: Trace; duplicate: Trace }>> = {};
@@ -351,7 +391,14 @@ async function interleavedRatios(
   };
 }
 
-/** CPU profiles of raw-tx and lib-tx under the same load, after a warm-up, attributed by code location. */
+/** The variants drawn as flame graphs: the library, and what any interceptor alone costs. */
+const FLAME_GRAPHS: readonly Variant[] = ['lib-tx', 'raw-tx-intercepted'];
+
+/**
+ * A CPU profile of every variant under the same load, after a warm-up, attributed by code
+ * location; kept gzipped in bench/results (a profile is several MB of JSON), with flame graphs of
+ * FLAME_GRAPHS beside them.
+ */
 async function profile(
   options: BenchOptions,
   server: ServerProcess,
@@ -359,17 +406,30 @@ async function profile(
   adapter: string,
   target: RunTarget,
 ) {
-  const cpu: NonNullable<AdapterResult['cpu']> = { profiles: {} };
-  for (const variant of ['raw-tx', 'lib-tx'] as const) {
+  const cpu: NonNullable<AdapterResult['cpu']> = { profiles: {}, flameGraphs: {} };
+  for (const variant of VARIANTS) {
     await load(variant, 'unique', options.warmS);
-    const path = join(target.resultsDir, `${target.stamp}-${adapter}-${variant}.cpuprofile`);
+    const base = join(target.resultsDir, `${target.stamp}-${adapter}-${variant}`);
+    const raw = `${base}.cpuprofile`;
     await server.startProfile();
     await server.reset();
     await load(variant, 'unique', options.profileS);
     const stats = await server.settledStats();
-    await server.stopProfile(path);
-    cpu.profiles[variant] = path;
-    cpu[variant] = attributeCpu(JSON.parse(await readFile(path, 'utf8')), stats.requests);
+    await server.stopProfile(raw);
+    const text = await readFile(raw, 'utf8');
+    const parsed = JSON.parse(text) as CpuProfile;
+    await writeFile(`${raw}.gz`, gzipSync(text));
+    await rm(raw);
+    cpu.profiles[variant] = `${raw}.gz`;
+    cpu[variant] = attributeCpu(parsed, stats.requests);
+    if (FLAME_GRAPHS.includes(variant)) {
+      const svg = `${base}.flame.svg`;
+      await writeFile(
+        svg,
+        renderFlameGraph(parsed, stats.requests, `${variant} on ${adapter}: CPU per delivery`),
+      );
+      cpu.flameGraphs[variant] = svg;
+    }
     log(
       `${adapter} profile ${variant}: ${cpu[variant]!.cpuUsPerEvent} µs CPU/event, library ` +
         `${cpu[variant]!.libraryUsPerEvent} µs (${(cpu[variant]!.libraryShare * 100).toFixed(1)}%)`,

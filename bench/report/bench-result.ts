@@ -117,6 +117,18 @@ export interface Trace {
   queries: TracedQuery[];
 }
 
+/** Async work per delivery of one variant, from the bench server's async-hooks counter. */
+export interface AsyncWork {
+  /** Deliveries counted (sequential, on one keep-alive connection). */
+  deliveries: number;
+  /** Promises created per delivery. */
+  promises: number;
+  /** Other async resources per delivery (ticks, immediates, timers, sockets' requests, ...). */
+  resources: number;
+  /** Every type, per delivery. */
+  byType: Record<string, number>;
+}
+
 /** How the bench server's library prepares its statements: its default, or `preparedStatements: false`. */
 export type PreparedMode = 'prepared' | 'unprepared';
 
@@ -174,6 +186,8 @@ export interface AdapterResult {
   startedAt: string;
   finishedAt: string;
   traces: Record<Variant, { first: Trace; duplicate: Trace }>;
+  /** Promises and async resources per delivery, new keys and replays (deterministic per build). */
+  asyncWork?: Record<Variant, { unique: AsyncWork; duplicate: AsyncWork }>;
   /** Does the library send more round trips than the hand-written SQL on the happy path? */
   happyPath: Record<
     'lib-tx vs raw-tx' | 'lib-external vs raw-lease',
@@ -182,7 +196,15 @@ export interface AdapterResult {
   cells: CellResult[];
   ratios: Record<string, RatioResult>;
   storm: StormResult[];
-  cpu: { profiles: Record<string, string>; 'lib-tx'?: CpuAttribution; 'raw-tx'?: CpuAttribution } | null;
+  /**
+   * A CPU profile of every variant under the same load (gzipped .cpuprofile files), attributed by
+   * code location, and flame graphs (SVG) of lib-tx and raw-tx-intercepted.
+   */
+  cpu:
+    | ({ profiles: Record<string, string>; flameGraphs: Record<string, string> } & Partial<
+        Record<Variant, CpuAttribution>
+      >)
+    | null;
   serverLog: { lines: number; tail: string[] };
   /** `--baseline` only: the headline pairs on both servers, by pair name. */
   baseline?: Record<string, BaselinePairResult>;

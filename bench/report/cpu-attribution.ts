@@ -1,7 +1,7 @@
 import { round } from '../load/percentiles.js';
 
 /** The parts of a V8 `.cpuprofile` read here. */
-interface CpuProfile {
+export interface CpuProfile {
   nodes: {
     id: number;
     callFrame: { functionName: string; url: string; lineNumber: number };
@@ -31,7 +31,7 @@ export interface CpuAttribution {
 const IDLE = new Set(['(idle)']);
 
 /** The group a frame's self time is charged to. */
-function groupOf(url: string, functionName: string): string {
+export function groupOf(url: string, functionName: string): string {
   if (functionName === '(garbage collector)') return 'GC';
   if (functionName === '(program)') return 'V8 (program)';
   if (url.includes('/dist/lib/')) return 'library (dist/lib)';

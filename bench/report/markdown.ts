@@ -1,4 +1,4 @@
-import { spread } from '../load/percentiles.js';
+import { round, spread } from '../load/percentiles.js';
 import type { TracedQuery } from '../server/query-counter.js';
 import { VARIANT_DESCRIPTIONS, VARIANTS, WORKLOADS, type Workload } from '../variants.js';
 import type {
@@ -223,6 +223,39 @@ function label(query: TracedQuery): string {
   return sql.length > 40 ? `${sql.slice(0, 37)}...` : sql;
 }
 
+/**
+ * Promises and other async resources per delivery, new keys and replays, beside the no-op
+ * interceptor's: the counts are deterministic for a build, so a change that adds a promise to
+ * the hot path shows here however noisy the throughput is.
+ */
+function asyncWorkTable(work: NonNullable<AdapterResult['asyncWork']>): string[] {
+  const lines = [
+    '### Async work per delivery (promises and other async resources, from async hooks)',
+    '',
+    '| variant | promises, new key | resources, new key | promises, replay | resources, replay | beyond raw-tx-intercepted (new key) |',
+    '|---|---:|---:|---:|---:|---:|',
+  ];
+  const reference = work['raw-tx-intercepted']?.unique.promises;
+  for (const variant of VARIANTS) {
+    const entry = work[variant];
+    if (!entry) continue;
+    const beyond = reference === undefined ? '' : `${round(entry.unique.promises - reference, 2)}`;
+    lines.push(
+      `| ${variant} | ${entry.unique.promises} | ${entry.unique.resources} | ${entry.duplicate.promises} | ` +
+        `${entry.duplicate.resources} | ${beyond} |`,
+    );
+  }
+  const libTx = work['lib-tx']?.unique.byType;
+  if (libTx) {
+    const types = Object.entries(libTx)
+      .sort((a, b) => b[1] - a[1])
+      .map(([type, count]) => `${type} ${count}`)
+      .join(', ');
+    lines.push('', `lib-tx, new key, by type: ${types}.`);
+  }
+  return lines;
+}
+
 function statusCell(statuses: Record<string, number>): string {
   return Object.entries(statuses)
     .map(([status, count]) => `${count}× ${status}`)
@@ -316,6 +349,7 @@ function adapterSection(result: AdapterResult, info: BaselineInfo | undefined): 
   lines.push('| variant | new event | answer | duplicate | answer |', '|---|---|---|---|---|');
   for (const variant of VARIANTS) lines.push(traceRow(variant, result.traces[variant]));
   lines.push('');
+  if (result.asyncWork) lines.push(...asyncWorkTable(result.asyncWork), '');
   if (result.storm.length) {
     lines.push('### Duplicate storm', '');
     lines.push(
@@ -351,6 +385,28 @@ function adapterSection(result: AdapterResult, info: BaselineInfo | undefined): 
     }
     lines.push('', 'Costliest library functions (lib-tx, self time):', '');
     for (const fn of libTx.topLibraryFunctions) lines.push(`- ${fn.usPerEvent} µs/event: \`${fn.name}\``);
+    lines.push('');
+  }
+  if (result.cpu) {
+    lines.push('Every variant under the same load (main-thread CPU per event, from its profile):', '');
+    lines.push('| variant | CPU µs/event | library µs/event | profile |', '|---|---:|---:|---|');
+    for (const variant of VARIANTS) {
+      const attribution = result.cpu[variant];
+      const file = result.cpu.profiles[variant]?.split('/').pop();
+      if (!attribution || !file) continue;
+      lines.push(
+        `| ${variant} | ${attribution.cpuUsPerEvent} | ${attribution.libraryUsPerEvent} | [${file}](${file}) |`,
+      );
+    }
+    const graphs = Object.entries(result.cpu.flameGraphs);
+    if (graphs.length) {
+      lines.push(
+        '',
+        'Flame graphs: ' +
+          graphs.map(([variant, path]) => `[${variant}](${path.split('/').pop()})`).join(', ') +
+          '.',
+      );
+    }
     lines.push('');
   }
   if (result.serverLog.lines > 0) {

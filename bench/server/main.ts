@@ -7,6 +7,7 @@ import type pg from 'pg';
 import type { ServerCommand, ServerReady, ServerReply, ServerStats } from '../support/server-protocol.js';
 import { BENCH_POOL } from './bench.controller.js';
 import { BenchModule } from './bench.module.js';
+import { countRequestsOf, startAsyncCount, stopAsyncCount } from './async-counter.js';
 import { startCpuProfile, stopCpuProfile } from './cpu-profiler.js';
 import {
   installQueryCounter,
@@ -57,6 +58,7 @@ let statuses: Record<string, number> = {};
     statuses[response.statusCode] = (statuses[response.statusCode] ?? 0) + 1;
   });
 });
+countRequestsOf(app.getHttpServer() as Server);
 let cpuSince = process.cpuUsage();
 let since = performance.now();
 
@@ -91,6 +93,11 @@ async function handle(command: ServerCommand): Promise<Omit<ServerReply, 'id'>> 
       return {};
     case 'trace-stop':
       return { trace: stopTrace() };
+    case 'count-start':
+      startAsyncCount();
+      return {};
+    case 'count-stop':
+      return { asyncCounts: stopAsyncCount() };
     case 'profile-start':
       await startCpuProfile();
       return {};

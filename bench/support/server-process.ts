@@ -1,6 +1,7 @@
 import { fork, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import type { TracedQuery } from '../server/query-counter.js';
+import type { AsyncCounts } from '../server/async-counter.js';
 import type { ServerCommand, ServerReady, ServerReply, ServerStats } from './server-protocol.js';
 
 const SERVER_ENTRY = fileURLToPath(new URL('../server/main.js', import.meta.url));
@@ -129,6 +130,19 @@ export class ServerProcess {
     await this.settledStats();
     const queries = (await this.send({ cmd: 'trace-stop' })).trace ?? [];
     return { result, queries };
+  }
+
+  /**
+   * The async resources the server's requests created, by type, while `action` ran (the server
+   * counts only what requests start: see bench/server/async-counter.ts). The window opens once the
+   * server is quiet and closes once it is quiet again, so nothing `action` started is cut off.
+   */
+  async countAsync(action: () => Promise<unknown>): Promise<AsyncCounts> {
+    await this.settledStats();
+    await this.send({ cmd: 'count-start' });
+    await action();
+    await this.settledStats();
+    return (await this.send({ cmd: 'count-stop' })).asyncCounts ?? {};
   }
 
   async startProfile(): Promise<void> {

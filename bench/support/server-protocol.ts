@@ -1,3 +1,4 @@
+import type { AsyncCounts } from '../server/async-counter.js';
 import type { QueryCounts, TracedQuery } from '../server/query-counter.js';
 
 /** What the bench runner asks its server process over the IPC channel. */
@@ -6,6 +7,8 @@ export type ServerCommand =
   | { cmd: 'stats' }
   | { cmd: 'trace-start' }
   | { cmd: 'trace-stop' }
+  | { cmd: 'count-start' }
+  | { cmd: 'count-stop' }
   | { cmd: 'profile-start' }
   | { cmd: 'profile-stop'; path: string }
   | { cmd: 'shutdown' };
@@ -31,6 +34,7 @@ export interface ServerReply {
   error?: string;
   stats?: ServerStats;
   trace?: TracedQuery[];
+  asyncCounts?: AsyncCounts;
 }
 
 /** The server's first message: where it listens. */
