@@ -7,7 +7,7 @@ import { IdempotencyMetrics, type IdempotencyModuleOptions } from '../../lib/ind
 import { pgPoolOf } from '../../lib/postgres/typeorm-internals.js';
 import { ClaimDatabase } from '../../lib/postgres/claim-database.js';
 import { CLAIM_SQL, PREPARE_TRANSACTION_CLAIM, statementNames } from '../support/claim-sql.js';
-import { ADAPTERS, startApp, type RunningApp } from '../support/app.js';
+import { onAdapter, startApp, type RunningApp } from '../support/app.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import { LogCapture } from '../support/log-capture.js';
 import {
@@ -102,7 +102,7 @@ async function onlyConnection(running: RunningApp): Promise<{ sent: string[] }> 
   return { sent: recordQueries(client) };
 }
 
-describe.each(ADAPTERS)('one-round-trip transaction claim (%s)', (adapter) => {
+describe.each(onAdapter('fastify'))('one-round-trip transaction claim (%s)', (adapter) => {
   let db: TestDatabase;
   const apps: RunningApp[] = [];
 

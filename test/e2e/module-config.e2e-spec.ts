@@ -3,7 +3,7 @@ import { NestFactory } from '@nestjs/core';
 import { DataSource } from 'typeorm';
 import request from 'supertest';
 import type { IdempotencyModuleOptions } from '../../lib/index.js';
-import { ADAPTERS, startApp, type RunningApp } from '../support/app.js';
+import { onAdapter, startApp, type RunningApp } from '../support/app.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import { statementNames } from '../support/claim-sql.js';
 import { parkDelivery } from '../support/parked-delivery.js';
@@ -14,7 +14,7 @@ import {
   NamedDataSourceAppModule,
 } from '../fixtures/module-config.fixture.js';
 
-describe.each(ADAPTERS)('module configuration (%s)', (adapter) => {
+describe.each(onAdapter('fastify'))('module configuration (%s)', (adapter) => {
   let main: TestDatabase;
   let webhooks: TestDatabase;
   const apps: RunningApp[] = [];
@@ -81,7 +81,7 @@ describe.each(ADAPTERS)('module configuration (%s)', (adapter) => {
   );
 });
 
-describe.each(ADAPTERS)('preparedStatements (%s)', (adapter) => {
+describe.each(onAdapter('express'))('preparedStatements (%s)', (adapter) => {
   let db: TestDatabase;
 
   beforeAll(async () => {
