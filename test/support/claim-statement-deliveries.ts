@@ -64,7 +64,7 @@ export function claimStatementDeliveries(adapter: AdapterName, db: () => TestDat
       }
     },
     /** Sends a delivery twice: processed, then replayed without calling the handler. */
-    async deliverTwice(running: RunningApp, path: string, id: string) {
+    async deliverTwice(running: RunningApp, path: string, id: string): Promise<request.Response> {
       const first = await request(running.url).post(path).send({ id });
       expect(first.status).toBe(200);
       expect(first.headers['idempotent-replayed']).toBeUndefined();
