@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import request from 'supertest';
-import { ADAPTERS, startApp, type RunningApp } from '../support/app.js';
+import { onAdapter, startApp, type RunningApp } from '../support/app.js';
 import { createTestDatabase, lockWaiters, type TestDatabase } from '../support/database.js';
 import { parkDelivery } from '../support/parked-delivery.js';
 import { waitUntil } from '../support/wait-until.js';
@@ -19,7 +19,7 @@ const POOL_SIZE = 10;
  * at most `concurrentDuplicateWaitMs`, then answers 409 + Retry-After, so a storm of duplicates of
  * one held event cannot hold the pool and starve unrelated events.
  */
-describe.each(ADAPTERS)('bounded wait for concurrent duplicates (%s)', (adapter) => {
+describe.each(onAdapter('fastify'))('bounded wait for concurrent duplicates (%s)', (adapter) => {
   let db: TestDatabase;
   let short: RunningApp;
   let long: RunningApp;

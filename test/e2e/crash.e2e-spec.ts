@@ -1,6 +1,6 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
 import request from 'supertest';
-import { ADAPTERS } from '../support/app.js';
+import { onAdapter } from '../support/app.js';
 import { startChildApp, type ChildApp } from '../support/child-app.js';
 import { createTestDatabase, lockWaiters, openTransactions, type TestDatabase } from '../support/database.js';
 import { waitUntil } from '../support/wait-until.js';
@@ -10,7 +10,7 @@ import { waitUntil } from '../support/wait-until.js';
  * the process is SIGKILLed (no shutdown hook, no rollback from Node), and a new process gets the
  * redelivery. The claim must not outlive the crash, and the effect must happen exactly once.
  */
-describe.each(ADAPTERS)('crash between claim and commit (%s)', (adapter) => {
+describe.each(onAdapter('express'))('crash between claim and commit (%s)', (adapter) => {
   let db: TestDatabase;
   const children: ChildApp[] = [];
 

@@ -10,7 +10,7 @@ import {
   HandlerRuns,
 } from '../fixtures/database-failures.fixture.js';
 import { Gates } from '../fixtures/webhook-fixture.module.js';
-import { ADAPTERS, startApp, type RunningApp } from '../support/app.js';
+import { ADAPTERS, onAdapter, startApp, type RunningApp } from '../support/app.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import { claimRow, downstreamCalls, leaseExpired } from '../support/lease-rows.js';
 import { LogCapture } from '../support/log-capture.js';
@@ -40,7 +40,7 @@ const ADMIN_SHUTDOWN = '57P01';
  * once if nothing committed, replayed if it did. Effects are read through the test's own pool,
  * which does not go through the proxy.
  */
-describe.each(ADAPTERS)('database failures during a delivery (%s)', (adapter) => {
+describe.each(onAdapter('express'))('database failures during a delivery (%s)', (adapter) => {
   let db: TestDatabase;
   let proxy: TcpProxy;
   let running: RunningApp;

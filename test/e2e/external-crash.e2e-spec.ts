@@ -1,6 +1,6 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
 import request from 'supertest';
-import { ADAPTERS } from '../support/app.js';
+import { onAdapter } from '../support/app.js';
 import { startChildApp, type ChildApp } from '../support/child-app.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import { claimRow, downstreamCalls } from '../support/lease-rows.js';
@@ -12,7 +12,7 @@ const EXTERNAL = 'FixtureController.external';
 /** Redeliveries per round while polling: a re-claim race between them must still run the work once. */
 const BURST = 5;
 
-describe.each(ADAPTERS)('external mode crash (%s)', (adapter) => {
+describe.each(onAdapter('fastify'))('external mode crash (%s)', (adapter) => {
   let db: TestDatabase;
   const children: ChildApp[] = [];
 

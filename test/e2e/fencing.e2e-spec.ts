@@ -3,7 +3,7 @@ import request from 'supertest';
 import { IdempotencyMetrics } from '../../lib/index.js';
 import { SHORT_LEASE_MS } from '../fixtures/external.fixture.js';
 import { Gates, WebhookFixtureModule } from '../fixtures/webhook-fixture.module.js';
-import { ADAPTERS, startApp, type RunningApp } from '../support/app.js';
+import { onAdapter, startApp, type RunningApp } from '../support/app.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import { claimRow, downstreamCalls, leaseExpired } from '../support/lease-rows.js';
 import { LogCapture } from '../support/log-capture.js';
@@ -16,7 +16,7 @@ const EXTERNAL = 'FixtureController.external';
  * Worker A claims and parks past its lease; worker B (another app on the same database) re-claims
  * and completes; then A finishes late. The fencing token keeps A from touching B's row.
  */
-describe.each(ADAPTERS)('external mode fencing (%s)', (adapter) => {
+describe.each(onAdapter('express'))('external mode fencing (%s)', (adapter) => {
   let db: TestDatabase;
   let workerA: RunningApp;
   let workerB: RunningApp;

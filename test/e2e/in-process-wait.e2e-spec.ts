@@ -4,7 +4,7 @@ import { IdempotencyMetrics } from '../../lib/index.js';
 import { CLAIM_SQL } from '../support/claim-sql.js';
 import { InProcessWaitController, keyArrivals } from '../fixtures/in-process-wait.fixture.js';
 import { Gates, WebhookFixtureModule } from '../fixtures/webhook-fixture.module.js';
-import { ADAPTERS, startApp, type RunningApp } from '../support/app.js';
+import { onAdapter, startApp, type RunningApp } from '../support/app.js';
 import { createTestDatabase, lockWaiters, openTransactions, type TestDatabase } from '../support/database.js';
 import { parkDelivery } from '../support/parked-delivery.js';
 import { startTcpProxy, type TcpProxy } from '../support/tcp-proxy.js';
@@ -23,7 +23,7 @@ const LONG_WAIT_MS = 30_000;
  * after that one. The app talks to Postgres through a TcpProxy, which counts the claim
  * statements it really sent.
  */
-describe.each(ADAPTERS)('duplicates waiting in memory (%s)', (adapter) => {
+describe.each(onAdapter('express'))('duplicates waiting in memory (%s)', (adapter) => {
   let db: TestDatabase;
   let proxy: TcpProxy;
   let running: RunningApp;

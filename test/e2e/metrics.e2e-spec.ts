@@ -10,7 +10,7 @@ import {
 import { REPORTER_SCOPE } from '../../lib/idempotency.constants.js';
 import { SHORT_LEASE_MS } from '../fixtures/external.fixture.js';
 import { Gates, WebhookFixtureModule } from '../fixtures/webhook-fixture.module.js';
-import { ADAPTERS, startApp, type RunningApp } from '../support/app.js';
+import { onAdapter, startApp, type RunningApp } from '../support/app.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import { downstreamCalls, leaseExpired } from '../support/lease-rows.js';
 import { waitUntil } from '../support/wait-until.js';
@@ -22,7 +22,7 @@ const EXTERNAL = 'FixtureController.external';
 const claimsLine = (outcome: ClaimOutcome, value: number) =>
   `idempotency_claims_total{scope="${EXTERNAL}",outcome="${outcome}"} ${value}`;
 
-describe.each(ADAPTERS)('idempotency metrics (%s)', (adapter) => {
+describe.each(onAdapter('fastify'))('idempotency metrics (%s)', (adapter) => {
   let db: TestDatabase;
   let running: RunningApp;
   let gates: Gates;

@@ -13,7 +13,7 @@ import {
   MODE_LEASE_MS,
 } from '../fixtures/mode-change.fixture.js';
 import { Gates } from '../fixtures/webhook-fixture.module.js';
-import { ADAPTERS, startApp, type AdapterName, type RunningApp } from '../support/app.js';
+import { onAdapter, startApp, type AdapterName, type RunningApp } from '../support/app.js';
 import { createTestDatabase, lockWaiters, type TestDatabase } from '../support/database.js';
 import { claimRow, downstreamCalls } from '../support/lease-rows.js';
 import { LogCapture } from '../support/log-capture.js';
@@ -75,7 +75,7 @@ async function startLayout(name: LayoutName, adapter: AdapterName, db: TestDatab
  * lease is in flight, an expired one is taken back in the claim's transaction (its token cleared,
  * so the old holder's fenced completion matches nothing), and the handler runs.
  */
-describe.each(ADAPTERS.flatMap((adapter) => LAYOUTS.map((layout) => [adapter, layout] as const)))(
+describe.each(onAdapter('express').flatMap((adapter) => LAYOUTS.map((layout) => [adapter, layout] as const)))(
   'one scope in both modes (%s, %s)',
   (adapter, layoutName) => {
     let db: TestDatabase;

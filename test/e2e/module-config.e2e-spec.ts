@@ -1,20 +1,17 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { NestFactory } from '@nestjs/core';
-import { DataSource } from 'typeorm';
 import request from 'supertest';
 import type { IdempotencyModuleOptions } from '../../lib/index.js';
-import { ADAPTERS, startApp, type RunningApp } from '../support/app.js';
+import { onAdapter, startApp, type RunningApp } from '../support/app.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
-import { statementNames } from '../support/claim-sql.js';
 import { parkDelivery } from '../support/parked-delivery.js';
-import { WebhookFixtureModule } from '../fixtures/webhook-fixture.module.js';
 import {
   AsyncConfigAppModule,
   InvalidOptionsAppModule,
   NamedDataSourceAppModule,
 } from '../fixtures/module-config.fixture.js';
 
-describe.each(ADAPTERS)('module configuration (%s)', (adapter) => {
+describe.each(onAdapter('fastify'))('module configuration (%s)', (adapter) => {
   let main: TestDatabase;
   let webhooks: TestDatabase;
   const apps: RunningApp[] = [];
@@ -79,51 +76,6 @@ describe.each(ADAPTERS)('module configuration (%s)', (adapter) => {
       expect(await count(main, 'orders', id)).toBe(0);
     },
   );
-});
-
-describe.each(ADAPTERS)('preparedStatements (%s)', (adapter) => {
-  let db: TestDatabase;
-
-  beforeAll(async () => {
-    db = await createTestDatabase();
-  });
-
-  afterAll(async () => {
-    await db?.drop();
-  });
-
-  // One pooled connection, so the statements it has prepared are the ones the claims sent.
-  it.each<[boolean | 'auto', string[]]>([
-    [true, statementNames('claimState', 'leaseClaim', 'leaseComplete', 'transactionClaim')],
-    ['auto', statementNames('claimState', 'leaseClaim', 'leaseComplete', 'transactionClaim')],
-    [false, []],
-  ])('%s: both modes claim, replay and prepare exactly %j', async (preparedStatements, prepared) => {
-    const running = await startApp(adapter, [
-      WebhookFixtureModule.forDatabase({
-        databaseUrl: db.url,
-        poolSize: 1,
-        idempotency: { preparedStatements },
-      }),
-    ]);
-    try {
-      for (const path of ['/orders', '/external']) {
-        const id = `evt_prepared_${preparedStatements}_${adapter}_${path.slice(1)}`;
-        expect((await request(running.url).post(path).send({ id })).status).toBe(200);
-        const replay = await request(running.url).post(path).send({ id });
-        expect(replay.status).toBe(200);
-        expect(replay.headers['idempotent-replayed']).toBe('true');
-        const table = path === '/orders' ? 'orders' : 'downstream_calls';
-        expect(await db.count(`SELECT count(*) FROM ${table} WHERE event_id = $1`, [id])).toBe(1);
-        expect(await db.count(`SELECT count(*) FROM processed_events WHERE event_key = $1`, [id])).toBe(1);
-      }
-      const rows: { name: string }[] = await running.app
-        .get(DataSource)
-        .query(`SELECT name FROM pg_prepared_statements WHERE name LIKE 'idempotency_%' ORDER BY name`);
-      expect(rows.map((row) => row.name)).toEqual(prepared);
-    } finally {
-      await running.close();
-    }
-  });
 });
 
 describe('module options checked at start-up', () => {

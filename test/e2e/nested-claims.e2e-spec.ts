@@ -24,7 +24,7 @@ import {
   type NestedEvent,
 } from '../fixtures/nested-claims.fixture.js';
 import { Gates } from '../fixtures/webhook-fixture.module.js';
-import { ADAPTERS, startApp, type RunningApp } from '../support/app.js';
+import { onAdapter, startApp, type RunningApp } from '../support/app.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import { claimRow } from '../support/lease-rows.js';
 import { LogCapture } from '../support/log-capture.js';
@@ -66,7 +66,7 @@ const refusals = {
  * replayed it: 1 outer row, 0 inner rows). Now it joins the enclosing transaction in a savepoint
  * unless its propagation says otherwise; afterCommit() runs only once its claim is committed.
  */
-describe.each(ADAPTERS)('claims made inside a delivery (%s)', (adapter) => {
+describe.each(onAdapter('express'))('claims made inside a delivery (%s)', (adapter) => {
   let db: TestDatabase;
   let running: RunningApp;
   let service: IdempotencyService;
@@ -726,7 +726,7 @@ describe.each(ADAPTERS)('claims made inside a delivery (%s)', (adapter) => {
  * enclosing transaction's COMMIT, so they commit with it or not at all, and a savepoint's
  * rollback takes the inner claim's job with it.
  */
-describe.each(ADAPTERS)('jobs enqueued by a claim inside a delivery (%s)', (adapter) => {
+describe.each(onAdapter('fastify'))('jobs enqueued by a claim inside a delivery (%s)', (adapter) => {
   let db: TestDatabase;
   let running: RunningApp;
 

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import request from 'supertest';
-import { ADAPTERS, startApp, type RunningApp } from '../support/app.js';
+import { onAdapter, startApp, type RunningApp } from '../support/app.js';
 import { LogCapture } from '../support/log-capture.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import { startPostgres, type PostgresServer } from '../support/postgres-server.js';
@@ -14,7 +14,7 @@ const ANSWER_DEADLINE_MS = 15_000;
  * Database stopped: every delivery is answered 503 with Retry-After, never 200 (not even for an
  * event processed before the outage: "done" cannot be checked), and no handler runs unclaimed.
  */
-describe.each(ADAPTERS)('database outage (%s)', (adapter) => {
+describe.each(onAdapter('fastify'))('database outage (%s)', (adapter) => {
   let server: PostgresServer;
   let db: TestDatabase;
   let running: RunningApp;

@@ -11,7 +11,7 @@ import {
   type IdempotencyModuleOptions,
 } from '../../lib/index.js';
 import { WebhookFixtureModule } from '../fixtures/webhook-fixture.module.js';
-import { ADAPTERS, startApp, type AdapterName, type RunningApp } from '../support/app.js';
+import { onAdapter, startApp, type AdapterName, type RunningApp } from '../support/app.js';
 import { startChildApp } from '../support/child-app.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import { leaseExpired } from '../support/lease-rows.js';
@@ -60,7 +60,7 @@ async function seed(db: TestDatabase, claims: SeededClaim[]): Promise<void> {
   }
 }
 
-describe.each(ADAPTERS)('expired-lease reporter (%s)', (adapter: AdapterName) => {
+describe.each(onAdapter('fastify'))('expired-lease reporter (%s)', (adapter: AdapterName) => {
   let db: TestDatabase;
   const apps: RunningApp[] = [];
   const logs = new LogCapture();

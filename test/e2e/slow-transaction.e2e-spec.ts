@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { ADAPTERS, startApp, type RunningApp } from '../support/app.js';
+import { onAdapter, startApp, type RunningApp } from '../support/app.js';
 import { LogCapture } from '../support/log-capture.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import { waitUntil } from '../support/wait-until.js';
@@ -18,7 +18,7 @@ const PARKED_FOR_MS = WARN_AFTER_MS + 250;
  * warning per handler per minute: it probably belongs in external mode, and a warning per
  * delivery would flood the logs exactly when the database is slow.
  */
-describe.each(ADAPTERS)('slow transaction warning (%s)', (adapter) => {
+describe.each(onAdapter('fastify'))('slow transaction warning (%s)', (adapter) => {
   let db: TestDatabase;
   let running: RunningApp;
   const logger = new LogCapture();

@@ -1,14 +1,25 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import request from 'supertest';
-import { ADAPTERS, startApp, type RunningApp } from '../support/app.js';
+import { startApp, type AdapterName, type RunningApp } from '../support/app.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
-import { onEveryRoute, pgBouncerPerFile, routeUrl } from '../support/database-routes.js';
+import { pgBouncerPerFile, routeUrl, type Route } from '../support/database-routes.js';
 import { parkDelivery } from '../support/parked-delivery.js';
 import { WebhookFixtureModule } from '../fixtures/webhook-fixture.module.js';
 
 const pooler = pgBouncerPerFile();
 
-describe.each(onEveryRoute(ADAPTERS))('transaction mode (%s, %s)', (route, adapter) => {
+/**
+ * The default mode's answers (200, the replayed header) on both platforms, directly; behind the
+ * pooler once, on one platform: it changes what the database sees, not what HTTP answers (see
+ * test/support/app.ts). External mode's pooler route runs on the other platform.
+ */
+const SETUPS: [Route, AdapterName][] = [
+  ['direct', 'express'],
+  ['direct', 'fastify'],
+  ['pgbouncer', 'fastify'],
+];
+
+describe.each(SETUPS)('transaction mode (%s, %s)', (route, adapter) => {
   let db: TestDatabase;
   let running: RunningApp;
 

@@ -2,9 +2,33 @@ import type { INestApplication, ModuleMetadata, NestApplicationOptions } from '@
 import { FastifyAdapter } from '@nestjs/platform-fastify';
 import { Test } from '@nestjs/testing';
 
-/** The HTTP platforms every e2e test runs on. */
+/**
+ * The two HTTP platforms. Which of them a suite runs on follows what the suite is about.
+ *
+ * What differs between Express and Fastify in the library is small: setting a header
+ * (`Retry-After`, `Idempotent-Replayed`) through Nest's adapter, body parsing and raw bodies (the
+ * signature guards), the status codes and bodies each platform writes for an exception or a bad
+ * request, and `@Res()` passthrough. A suite whose subject is one of these, an HTTP answer, runs on
+ * both: `describe.each(ADAPTERS)` (bad input, signature guards, HTTP exceptions, Retry-After,
+ * refusals, handler arguments, stacked decorators, the transaction mode's answers, the testing
+ * helpers over HTTP, ClsModule's mounts).
+ *
+ * A suite whose subject lies below HTTP (the claim, the lease, the database and its failures,
+ * crashes, the reporter, the operator, claims inside a delivery, metrics, the handoff) gives the
+ * same answer on either platform: it runs once, on the one `onAdapter()` names. Those suites are
+ * split between the two, so each platform still carries traffic of every kind (transaction and
+ * external mode, crashes, outages, the pooler route).
+ */
 export const ADAPTERS = ['express', 'fastify'] as const;
 export type AdapterName = (typeof ADAPTERS)[number];
+
+/**
+ * The one platform of a suite whose subject is not HTTP (see ADAPTERS), for `describe.each`: the
+ * suite's name still says which platform it ran on.
+ */
+export function onAdapter(adapter: AdapterName): readonly [AdapterName] {
+  return [adapter];
+}
 
 /** A real Nest app listening on a loopback port. */
 export interface RunningApp {

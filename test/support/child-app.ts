@@ -1,7 +1,8 @@
-import { fork, type ChildProcess } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { resolve } from 'node:path';
 import type { FixtureSettings } from '../fixtures/webhook-fixture.module.js';
 import type { AdapterName } from './app.js';
+import { forkGatedChild } from './gated-child.js';
 
 /** A fixture app in a child process: the thing crash tests kill. */
 export interface ChildApp {
@@ -11,6 +12,8 @@ export interface ChildApp {
   output(): string;
   /** Resolves when a handler for `id` has claimed and reached its gate in the child. */
   entered(id: string): Promise<void>;
+  /** Lets the handler parked at `id` go on, in a fixture whose child listens for `{ open }`. */
+  open(id: string): void;
   /** SIGKILL: no shutdown hooks, no rollback from the app; Postgres sees the connection die. */
   kill(): Promise<void>;
   /** Graceful stop (SIGTERM), for children the test is done with. */
@@ -35,47 +38,18 @@ export async function startChildApp(
   settings: FixtureSettings,
   options: ChildAppOptions = {},
 ): Promise<ChildApp> {
-  const child = fork(options.entry ?? CHILD_ENTRY, [], {
-    env: { ...process.env, FIXTURE_SETTINGS: JSON.stringify({ ...settings, adapter }) },
-    stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
+  const child = await forkGatedChild<string>({
+    entry: options.entry ?? CHILD_ENTRY,
+    env: { FIXTURE_SETTINGS: JSON.stringify({ ...settings, adapter }) },
+    name: 'fixture child',
   });
-  let output = '';
-  child.stdout?.on('data', (chunk) => (output += chunk));
-  child.stderr?.on('data', (chunk) => (output += chunk));
-  const exited = new Promise<void>((done) => child.once('exit', () => done()));
-
-  const entries = new Map<string, () => void>();
-  const arrivals = new Map<string, Promise<void>>();
-  const arrival = (id: string) => {
-    if (!arrivals.has(id)) arrivals.set(id, new Promise((done) => entries.set(id, done)));
-    return arrivals.get(id)!;
-  };
-
-  const url = await new Promise<string>((ready, fail) => {
-    child.on('message', (message: { ready?: string; entered?: string }) => {
-      if (message.ready) ready(message.ready);
-      if (message.entered) {
-        void arrival(message.entered);
-        entries.get(message.entered)!();
-      }
-    });
-    child.once('exit', (code) =>
-      fail(new Error(`fixture child exited (${code}) before listening:\n${output}`)),
-    );
-  });
-
   return {
-    url,
-    process: child,
-    output: () => output,
-    entered: arrival,
-    async kill() {
-      if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
-      await exited;
-    },
-    async stop() {
-      if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM');
-      await exited;
-    },
+    url: child.ready,
+    process: child.process,
+    output: child.output,
+    entered: (id) => child.entered(id),
+    open: child.open,
+    kill: child.kill,
+    stop: child.stop,
   };
 }

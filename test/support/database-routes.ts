@@ -16,7 +16,11 @@ export type Route = (typeof ROUTES)[number];
  */
 export const POOLER_SERVER_CONNECTIONS = 3;
 
-/** `cases` on every route, for describe.each: `[route, case]`, the direct ones first. */
+/**
+ * `cases` on every route, for describe.each: `[route, case]`, the direct ones first. Not for
+ * platforms: the pooler changes what the database sees, not what HTTP answers, so a suite on
+ * both routes runs each route on one platform (see external-mode and transaction-mode).
+ */
 export function onEveryRoute<T>(cases: readonly T[]): [Route, T][] {
   return ROUTES.flatMap((route) => cases.map((value): [Route, T] => [route, value]));
 }

@@ -1,6 +1,7 @@
 import pg from 'pg';
 import { FIXTURE_SCHEMA } from '../fixtures/webhook-fixture.module.js';
-import { createMigratedDatabase } from './migrated-database.js';
+import { createDatabase, createMigratedDatabase } from './migrated-database.js';
+import { TEMPLATE_ENV } from './template-databases.js';
 
 /** A database made for one test file, with the library's migration applied. */
 export interface TestDatabase {
@@ -32,19 +33,28 @@ export interface TestDatabaseOptions {
 }
 
 /**
- * Creates a fresh database and runs the library's migration in it, once, before any app starts:
- * creating the schema from several workers at once races. `serverAdminUrl` picks another server
+ * Creates a fresh database with the library's migration applied, before any app starts: creating
+ * the schema from several workers at once races. On the run's server it is a copy of the template
+ * global setup migrated (test/support/template-databases.ts). `serverAdminUrl` picks another server
  * than the run's shared one (e.g. a dedicated server an outage test stops).
  */
 export async function createTestDatabase(
   serverAdminUrl?: string,
   options: TestDatabaseOptions = {},
 ): Promise<TestDatabase> {
-  const { url, name } = await createMigratedDatabase(
-    adminUrl(serverAdminUrl),
-    'idem',
-    options.fixtureSchema === false ? undefined : FIXTURE_SCHEMA,
-  );
+  const withFixtures = options.fixtureSchema !== false;
+  // On the run's own server, a copy of the template global setup migrated once; elsewhere (a
+  // server of the test's own) the migrations run here.
+  const template = serverAdminUrl
+    ? undefined
+    : process.env[withFixtures ? TEMPLATE_ENV.fixtures : TEMPLATE_ENV.bare];
+  const { url, name } = template
+    ? await createDatabase(adminUrl(), 'idem', template)
+    : await createMigratedDatabase(
+        adminUrl(serverAdminUrl),
+        'idem',
+        withFixtures ? FIXTURE_SCHEMA : undefined,
+      );
   const pool = new pg.Pool({ connectionString: url, max: 60 });
   // An idle client whose server goes away (outage tests stop it) emits 'error' on the pool; with
   // no listener that would crash the Jest worker. The next query reports the failure instead.

@@ -3,11 +3,13 @@
 import { startPostgres } from '../../dist/test/support/postgres-server.js';
 import { startRedis } from '../../dist/test/support/redis-server.js';
 import { ensureSystemPackages } from '../../dist/test/support/system-packages.js';
+import { createTemplateDatabases, TEMPLATE_ENV } from '../../dist/test/support/template-databases.js';
 
 /**
  * Installs redis-server and pgbouncer where they are missing and the machine allows it (or stops
  * with one line naming the command to run), then starts one PostgreSQL and one Redis server for
- * the whole run; workers read their addresses from the environment.
+ * the whole run, and migrates the template databases each test file's database is copied from;
+ * workers read their addresses and names from the environment.
  */
 export default async function globalSetup() {
   await ensureSystemPackages();
@@ -17,7 +19,17 @@ export default async function globalSetup() {
     await Promise.all([postgres, redis].map((started) => started.value?.stop()));
     throw postgres.status === 'rejected' ? postgres.reason : redis.reason;
   }
+  let templates;
+  try {
+    templates = await createTemplateDatabases(postgres.value.adminUrl);
+  } catch (error) {
+    await Promise.all([postgres.value.stop(), redis.value.stop()]);
+    throw error;
+  }
   process.env.TEST_POSTGRES_ADMIN_URL = postgres.value.adminUrl;
+  process.env[TEMPLATE_ENV.fixtures] = templates.fixtures;
+  process.env[TEMPLATE_ENV.bare] = templates.bare;
+  globalThis.__TEMPLATES__ = templates;
   process.env.TEST_REDIS_URL = redis.value.url;
   globalThis.__POSTGRES__ = postgres.value;
   globalThis.__REDIS__ = redis.value;

@@ -1,4 +1,8 @@
-/** Stops the servers global-setup.mjs started (nothing to stop for DATABASE_URL or REDIS_URL). */
+/**
+ * Drops the template databases (on a DATABASE_URL server they would stay), then stops the servers
+ * global-setup.mjs started (nothing to stop for DATABASE_URL or REDIS_URL).
+ */
 export default async function globalTeardown() {
+  await globalThis.__TEMPLATES__?.drop();
   await Promise.all([globalThis.__POSTGRES__?.stop(), globalThis.__REDIS__?.stop()]);
 }

@@ -1,4 +1,3 @@
-import { fork } from 'node:child_process';
 import type { AddressInfo, Server as NetServer } from 'node:net';
 import { resolve } from 'node:path';
 import type { INestMicroservice, LoggerService } from '@nestjs/common';
@@ -13,6 +12,7 @@ import { Redis } from 'ioredis';
 import { lastValueFrom, Observable, timeout, toArray } from 'rxjs';
 import { microserviceFixtureModule, MICROSERVICE_PATTERNS } from '../fixtures/microservice.fixture.js';
 import type { FixtureSettings } from '../fixtures/webhook-fixture.module.js';
+import { forkGatedChild } from './gated-child.js';
 import { testRedis } from './redis-server.js';
 import { waitUntil } from './wait-until.js';
 
@@ -170,75 +170,39 @@ export async function startChildMicroservice(
   settings: MicroserviceSettings,
 ): Promise<ChildMicroservice> {
   const others = await subscribers(transport);
-  const child = fork(CHILD_ENTRY, [], {
-    env: {
-      ...process.env,
-      MICROSERVICE_SETTINGS: JSON.stringify({ fixture: settings, server: serverOptions(transport) }),
-    },
-    stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
+  const child = await forkGatedChild<number>({
+    entry: CHILD_ENTRY,
+    env: { MICROSERVICE_SETTINGS: JSON.stringify({ fixture: settings, server: serverOptions(transport) }) },
+    name: 'microservice child',
+    readyTimeoutMs: CHILD_BOOT_MS,
   });
-  let output = '';
-  child.stdout?.on('data', (chunk) => (output += chunk));
-  child.stderr?.on('data', (chunk) => (output += chunk));
-  const exited = new Promise<void>((done) => child.once('exit', () => done()));
-  const ended = () => child.exitCode !== null || child.signalCode !== null;
-
-  const entries = new Map<string, () => void>();
-  const arrivals = new Map<string, Promise<void>>();
-  const arrival = (id: string) => {
-    if (!arrivals.has(id)) arrivals.set(id, new Promise((done) => entries.set(id, done)));
-    return arrivals.get(id)!;
-  };
-
-  let client: ClientProxy | undefined;
+  let client: ClientProxy;
   try {
-    const port = await new Promise<number>((ready, fail) => {
-      const timer = setTimeout(
-        () => fail(new Error(`microservice child not listening within ${CHILD_BOOT_MS} ms:\n${output}`)),
-        CHILD_BOOT_MS,
-      );
-      child.on('message', (message: { ready?: number; entered?: string }) => {
-        if (message.ready !== undefined) {
-          clearTimeout(timer);
-          ready(message.ready);
-        }
-        if (message.entered) {
-          void arrival(message.entered);
-          entries.get(message.entered)!();
-        }
-      });
-      child.once('exit', (code) => {
-        clearTimeout(timer);
-        fail(new Error(`microservice child exited (${code}) before listening:\n${output}`));
-      });
-    });
     await waitForSubscribers(transport, others + 1);
-    client = await connectClient(transport, port);
+    client = await connectClient(transport, child.ready);
   } catch (error) {
-    if (!ended()) child.kill('SIGKILL');
-    await exited;
+    await child.kill();
     throw error;
   }
   const connected = client;
 
   // Once only: a test kills the child, and afterEach stops whatever it started.
   let ending: Promise<void> | undefined;
-  const end = (signal: NodeJS.Signals) =>
+  const end = (kill: () => Promise<void>) =>
     (ending ??= (async () => {
       // A child that died on its own took its subscriptions along (or will): back to the count before it.
-      const remaining = ended() ? others : (await subscribers(transport)) - 1;
+      const remaining = child.ended() ? others : (await subscribers(transport)) - 1;
       // The child goes while its client is still connected, as a crash would find it.
-      if (!ended()) child.kill(signal);
-      await exited;
+      await kill();
       await connected.close();
       await waitForSubscribers(transport, remaining);
     })());
   return {
     client: connected,
-    output: () => output,
-    entered: arrival,
-    kill: () => end('SIGKILL'),
-    stop: () => end('SIGTERM'),
+    output: child.output,
+    entered: (id) => child.entered(id),
+    kill: () => end(child.kill),
+    stop: () => end(child.stop),
   };
 }
 

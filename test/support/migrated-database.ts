@@ -13,20 +13,10 @@ export async function createMigratedDatabase(
   prefix: string,
   schema?: string,
 ): Promise<{ url: string; name: string }> {
-  const name = `${prefix}_${randomBytes(6).toString('hex')}`;
-  const admin = new pg.Client({ connectionString: adminUrl });
-  await admin.connect();
-  try {
-    await admin.query(`CREATE DATABASE ${name}`);
-  } finally {
-    await admin.end();
-  }
-
-  const url = new URL(adminUrl);
-  url.pathname = `/${name}`;
+  const { url, name } = await createDatabase(adminUrl, prefix);
   const dataSource = new DataSource({
     type: 'postgres',
-    url: url.toString(),
+    url,
     migrations: IDEMPOTENCY_MIGRATIONS,
   });
   await dataSource.initialize();
@@ -36,5 +26,27 @@ export async function createMigratedDatabase(
   } finally {
     await dataSource.destroy();
   }
+  return { url, name };
+}
+
+/**
+ * Creates a database named `<prefix>_<random>` on the server at `adminUrl`, as a copy of
+ * `template` if given (which nobody may be connected to), else empty.
+ */
+export async function createDatabase(
+  adminUrl: string,
+  prefix: string,
+  template?: string,
+): Promise<{ url: string; name: string }> {
+  const name = `${prefix}_${randomBytes(6).toString('hex')}`;
+  const admin = new pg.Client({ connectionString: adminUrl });
+  await admin.connect();
+  try {
+    await admin.query(template ? `CREATE DATABASE ${name} TEMPLATE ${template}` : `CREATE DATABASE ${name}`);
+  } finally {
+    await admin.end();
+  }
+  const url = new URL(adminUrl);
+  url.pathname = `/${name}`;
   return { url: url.toString(), name };
 }

@@ -186,7 +186,7 @@ export class ModelSystem {
       GATE_TIMEOUT_MS,
       `the delivery of ${delivery.id} to reach its gate`,
     );
-    return { parked, app, answer, open: () => void app.child.process.send({ open: gate }) };
+    return { parked, app, answer, open: () => app.child.open(gate) };
   }
 
   /** Waits until `count` sessions wait on a row lock, or `settled` settles; bounded. */
