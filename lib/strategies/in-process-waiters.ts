@@ -19,6 +19,8 @@ export class InProcessWaiters {
   private readonly running = new Map<string, number>();
   /** Running deliveries that have duplicates waiting → their callbacks. */
   private readonly waiting = new Map<string, Wake[]>();
+  /** Key checks: running deliveries that have a fingerprint → it (an entry only for those). */
+  private readonly fingerprints = new Map<string, string>();
 
   /** True while a delivery of `id` runs in this process. */
   has(id: string): boolean {
@@ -32,13 +34,23 @@ export class InProcessWaiters {
   }
 
   /** Registers the delivery of `id` as running; call before the first await, so duplicates find it. */
-  begin(id: string): void {
+  begin(id: string, fingerprint?: string | null): void {
     this.running.set(id, performance.now());
+    if (fingerprint) this.fingerprints.set(id, fingerprint);
+  }
+
+  /**
+   * Key checks: the fingerprint of the delivery of `id` running now, so that a duplicate of
+   * another fingerprint is told at once, without waiting for it (its claim is not visible yet).
+   */
+  fingerprintOf(id: string): string | undefined {
+    return this.fingerprints.get(id);
   }
 
   /** Ends the delivery of `id` and tells every waiter how. */
   end(id: string, outcome: FirstOutcome): void {
     this.running.delete(id);
+    this.fingerprints.delete(id);
     const waiting = this.waiting.get(id);
     if (!waiting) return;
     this.waiting.delete(id);
