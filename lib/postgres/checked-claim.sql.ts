@@ -2,7 +2,9 @@
  * The statements of handlers with key checks (`@IdempotentRequest`, `@IdempotentWebhook`): the
  * same roles and the same round trips as claim.sql.ts's, with the `fingerprint` and `response`
  * columns of migration 1765584000000. Each takes what it adds as its last parameters, so a
- * strategy appends them to the values it sends either way. Handlers without checks (`@Idempotent`,
+ * strategy appends them to the values it sends either way. Each is prepared under its role's name
+ * with the hash of its own text (statementName), so it never meets the unchecked statement's
+ * name. Handlers without checks (`@Idempotent`,
  * `IdempotencyService.run()`), and every handler on a table without the columns, keep the
  * statements of claim.sql.ts, unchanged.
  */
@@ -20,7 +22,7 @@ export function checkedClaimStatements(table: ClaimTable): ClaimStatements {
     // was not inserted with the row's fingerprint and stored response beside its status: a replay
     // is answered from this one statement, as before. One row read (the LEFT JOIN), not three.
     transactionClaim: named(
-      'checked_claim',
+      'transaction_claim',
       `
 WITH bound AS (
   SELECT current_setting('lock_timeout') AS previous, set_config('lock_timeout', $4, true) AS applied,
@@ -40,7 +42,7 @@ LEFT JOIN ${t} AS found
     // The reclaim takes the new delivery's fingerprint ($5) and forgets any response: the claim
     // is this delivery's now.
     transactionReclaim: named(
-      'checked_reclaim',
+      'transaction_reclaim',
       `
 WITH bound AS (SELECT set_config('lock_timeout', $3, true) AS applied)
 UPDATE ${t} AS pe SET
@@ -61,7 +63,7 @@ RETURNING set_config('lock_timeout', $4, true) AS lock_timeout`,
     // A failure keeps the fingerprint ($6) of the delivery that failed, so that its retry with
     // another payload is told apart.
     transactionFailure: named(
-      'checked_failure',
+      'transaction_failure',
       `
 WITH bound AS (SELECT set_config('lock_timeout', $5, true) AS applied)
 INSERT INTO ${t} AS pe (scope, event_key, source, status, attempts, last_error, fingerprint)
@@ -77,7 +79,7 @@ WHERE pe.status = 'failed'`,
     // an expired lease of another fingerprint is not taken over: nothing is claimed, claimState
     // shows why, and the delivery is refused without running.
     leaseClaim: named(
-      'checked_lease_claim',
+      'lease_claim',
       `
 WITH bound AS (SELECT set_config('lock_timeout', $6, true) AS applied)
 INSERT INTO ${t} AS pe
@@ -102,7 +104,7 @@ WHERE ((pe.status = 'in_progress' AND pe.lease_expires_at <= EXCLUDED.claimed_at
 RETURNING true AS claimed, pe.attempts`,
     ),
     claimState: named(
-      'checked_claim_state',
+      'claim_state',
       `
 SELECT status, attempts, lease_token, lease_expires_at > now() AS live,
        GREATEST(1, CEIL(EXTRACT(EPOCH FROM (lease_expires_at - now()))))::int AS seconds_left,
@@ -113,7 +115,7 @@ FROM ${t} WHERE scope = $1 AND event_key = $2`,
     // The fenced completion writes the response ($4) in the same UPDATE: the claim is never done
     // without it, and no response exists for a claim that is not done.
     leaseComplete: named(
-      'checked_lease_complete',
+      'lease_complete',
       `
 WITH durable AS (SELECT ${DURABLE_COMMIT} AS applied)
 UPDATE ${t} SET status = 'done', completed_at = now(), response = $4
