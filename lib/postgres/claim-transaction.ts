@@ -536,8 +536,13 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
    */
   recordResponse(scope: string, key: string, response: StoredResponse): void {
     const statement = this.options.statements.storeResponse;
-    if (statement) this.beforeCommit(statement.text, [scope, key, response]);
+    if (!statement) return;
+    this.beforeCommit(statement.text, [scope, key, response]);
+    this.recordedResponse = response;
   }
+
+  /** Key checks: the response recordResponse() sent with the COMMIT, for in-process duplicates. */
+  recordedResponse?: StoredResponse;
 
   /**
    * Sends an autocommitted statement on this delivery's connection once its transaction is over

@@ -123,12 +123,10 @@ export class TransactionStrategy implements ClaimStrategy {
     }
     const deadline = performance.now() + this.config.concurrentDuplicateWaitMs;
     while (this.waiters.has(id)) {
-      const outcome = await this.waiters.wait(id, deadline - performance.now());
+      const { outcome, committed } = await this.waiters.waitFor(id, deadline - performance.now());
       if (outcome === 'timeout') return this.inFlight(spec, key, this.waiters.heldMs(id));
-      // Key checks: the committed claim's response and fingerprint are read by claiming (one
-      // round trip); without them the replay needs nothing from the database.
-      if (outcome === 'committed' && !check) return this.replayed(spec, key);
-      if (outcome === 'committed') break;
+      // Key checks: the first handed over its fingerprint and response; no round trip either way.
+      if (outcome === 'committed') return this.replayed(spec, key, committed, check);
     }
     return this.claimAndRun(id, spec, key, work, check);
   }
@@ -255,7 +253,10 @@ export class TransactionStrategy implements ClaimStrategy {
         }
       }
     } finally {
-      this.waiters.end(id, done ? 'committed' : 'not_committed');
+      // Key checks: what this delivery stored, for the duplicates waiting on it.
+      const committed =
+        done && check ? { fingerprint: check.fingerprint, response: done.recordedResponse } : undefined;
+      this.waiters.end(id, done ? 'committed' : 'not_committed', committed);
     }
     // 4. After the connection went back to the pool: the callbacks are not part of the transaction.
     if (done.hasAfterCommit) {

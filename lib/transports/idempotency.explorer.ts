@@ -165,7 +165,9 @@ function handlerArgumentProblems(type: object, name: string, method: object, whe
 function requestModeProblems(type: object, name: string, method: object, where: string): string[] {
   if (Reflect.hasMetadata(MESSAGE_PATTERN, method)) return [requestOffHttp(where)];
   if (Reflect.getMetadata(SSE, method)) return [requestStreams(where, 'is an @Sse() route')];
-  const returned = Reflect.getMetadata('design:returntype', type, name) as unknown;
+  // TypeScript records it on the prototype, where the method is.
+  const prototype = (type as { prototype: object }).prototype;
+  const returned = Reflect.getMetadata('design:returntype', prototype, name) as unknown;
   const streams =
     typeof returned === 'function' &&
     (returned === StreamableFile ||
