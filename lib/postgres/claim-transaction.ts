@@ -541,6 +541,14 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
     this.recordedResponse = response;
   }
 
+  /**
+   * Key checks: true when this transaction claims with the checked statements, whose claim takes a
+   * fingerprint as its fifth value (a claim joining it passes one, null when it has none).
+   */
+  get checked(): boolean {
+    return this.options.statements.storeResponse !== undefined;
+  }
+
   /** Key checks: the response recordResponse() sent with the COMMIT, for in-process duplicates. */
   recordedResponse?: StoredResponse;
 

@@ -284,7 +284,11 @@ export class TransactionStrategy implements ClaimStrategy {
     const started = performance.now();
     let found: ClaimFound;
     try {
-      found = await transaction.claimAt(savepoint, [spec.scope, key, spec.source, this.lockTimeout]);
+      // The enclosing transaction's statements: the checked claim takes a (null) fingerprint too.
+      const values: ClaimValues = transaction.checked
+        ? [spec.scope, key, spec.source, this.lockTimeout, null]
+        : [spec.scope, key, spec.source, this.lockTimeout];
+      found = await transaction.claimAt(savepoint, values);
     } catch (error) {
       await transaction.rollbackTo(savepoint).catch(() => undefined);
       if (errorCode(error) === LOCK_NOT_AVAILABLE) {
