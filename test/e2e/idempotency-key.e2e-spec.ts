@@ -140,6 +140,39 @@ describe.each(ADAPTERS)('Idempotency-Key draft conformance (%s)', (adapter) => {
     expect(await orders(`${id}_other`)).toBe(0);
   });
 
+  it('refuses the key reused with another payload after the first failed (422), and runs the same one again', async () => {
+    const id = `ord_failed_${adapter}`;
+    const key = `8e03978e-failed-${adapter}`;
+    expect((await pay(key, { id, fail: true })).status).toBe(500);
+    const [claim] = (
+      await db.pool.query('SELECT status FROM processed_events WHERE event_key = $1', [`user_a:${key}`])
+    ).rows;
+    expect(claim).toEqual({ status: 'failed' });
+    const reused = await pay(key, { id: `${id}_other` });
+    expectProblem(reused, 422, 'Idempotency-Key is already used');
+    expect(await orders(`${id}_other`)).toBe(0);
+    // The same request is its retry: it runs again (and fails again, as it asks to).
+    expect((await pay(key, { id, fail: true })).status).toBe(500);
+    expect(await orders(id)).toBe(0);
+  });
+
+  it('external mode: a retry with another payload while the lease is held is 422, the same one 409', async () => {
+    const id = `ord_external_busy_${adapter}`;
+    const key = `8e03978e-external-busy-${adapter}`;
+    const gates = running.app.get(Gates);
+    const send = (body: object) =>
+      request(running.url).post('/api/payments/external').set('Idempotency-Key', `"${key}"`).send(body);
+    const first = send({ id, block: true }).then((answer) => answer);
+    await gates.entered(id);
+    expectProblem(await send({ id: `${id}_other` }), 422, 'Idempotency-Key is already used');
+    expectProblem(await send({ id, block: true }), 409, 'A request is outstanding for this Idempotency-Key');
+    gates.open(id);
+    expect((await first).status).toBe(201);
+    expect(await db.count('SELECT count(*) FROM downstream_calls WHERE event_id LIKE $1', [`${id}%`])).toBe(
+      1,
+    );
+  });
+
   it('runs the request again once its stored response has expired with the claim (retention)', async () => {
     const id = `ord_expiry_${adapter}`;
     const key = `8e03978e-expiry-${adapter}`;
