@@ -155,8 +155,9 @@ export interface IdempotencyModuleOptions {
    * Look for keys that change between copies of one event (a timestamp, a per-request UUID): the
    * same webhook fingerprint arriving under a second key within `unstableKeyWindowMs` is logged
    * once per handler and counted (`key_unstable`). In memory, per process (a copy that reaches
-   * another replica is not compared): about a microsecond per delivery and 400 bytes per fingerprint
-   * remembered (at most 10,000: 4 MB), so it can stay on (docs/idempotency-key.md has the measurement).
+   * another replica is not compared): under a microsecond per delivery and about 380 bytes per
+   * fingerprint remembered (at most 10,000: under 4 MB), so it can stay on (docs/idempotency-key.md
+   * has the measurement).
    * @default true unless NODE_ENV is 'production'
    */
   detectUnstableKeys?: boolean;

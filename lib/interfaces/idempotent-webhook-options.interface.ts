@@ -79,10 +79,12 @@ export interface IdempotentWebhookOptions extends IdempotencyClaimOptions {
    * object id: one charge has several events), reported as `key_conflict`; the same fingerprint
    * under a second key is a key that changes between copies of one event (`key_unstable`, see
    * the module's `detectUnstableKeys`). A sender preset leaves out what that sender changes
-   * between copies: `'stripe'` hashes the event without `pending_webhooks`; `'github'`,
+   * between copies: `'stripe'` hashes the event's id, type and created (only `pending_webhooks`
+   * changes between copies, and the rest is never walked); `'github'`,
    * `'shopify'`, `'standard-webhooks'` and `'body'` the body as delivered (their delivery
    * headers are not part of it). A function's value (a string, bytes or JSON) is hashed instead;
-   * `false` stores none and checks nothing.
+   * `false` stores none and checks nothing. One that cannot be made (a function that throws) is
+   * none for that delivery, which runs as it would without the checks.
    * @default the `signature` sender's preset, `'stripe'` with `stripeEventKey`, else `'body'`
    */
   fingerprint?: WebhookFingerprint;

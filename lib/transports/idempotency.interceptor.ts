@@ -23,6 +23,22 @@ import { KeyFindings } from './key-findings.js';
 const unsupportedContext = (scope: string, type: string) =>
   `@IdempotentWebhook on ${scope} cannot protect a '${type}' execution context; the handler was not run`;
 
+/**
+ * A delivery's fingerprint, or null when it cannot be made (a function of the app's that throws, a
+ * value that cannot be serialised): the key checks then compare nothing, and the delivery runs as
+ * it would without them, rather than fail for a check.
+ */
+function fingerprintOf(
+  fingerprint: (body: unknown, request: unknown) => string | null,
+  args: readonly unknown[],
+) {
+  try {
+    return fingerprint(args[0], args[1]);
+  } catch {
+    return null;
+  }
+}
+
 /** Answered 422 when a key comes back with another fingerprint than its claim's. */
 export const keyReused = (key: string) =>
   `This operation is idempotent and its Idempotency-Key ${key} was already used with another request (another method, URL or body): send a new request under a new key`;
@@ -63,7 +79,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
           ? requestIdempotencyKey(meta.scope, meta.request, args[1] as never, this.config.maxKeyLength)
           : extractIdempotencyKey(meta.scope, meta.key, args, this.config.maxKeyLength);
         if (key !== undefined && meta.checks) {
-          const fingerprint = meta.fingerprint ? meta.fingerprint(args[0], args[1]) : null;
+          const fingerprint = meta.fingerprint ? fingerprintOf(meta.fingerprint, args) : null;
           check = { fingerprint, refuse: meta.checks.conflicts === 'refuse' };
           // A webhook's key that changes between copies (request keys are the client's own).
           if (!meta.request) this.findings.observe(meta.scope, key, fingerprint);

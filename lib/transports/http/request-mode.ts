@@ -112,5 +112,7 @@ export function requestFingerprint(mode: RequestMode, request: KeyedRequest): st
     );
   }
   const url = request.originalUrl ?? request.url ?? '';
-  return sha256Hex(request.method ?? '', '\n', url, '\n', deliveredBytes(request.body, request));
+  const bytes = deliveredBytes(request.body, request);
+  // A body that cannot be serialised (without rawBody) has no fingerprint: nothing to compare.
+  return bytes === undefined ? null : sha256Hex(request.method ?? '', '\n', url, '\n', bytes);
 }
