@@ -35,6 +35,7 @@ import { StatementStats } from './support/statement-stats.js';
 import {
   HEADLINE_PAIRS,
   REFERENCE_PAIRS,
+  REQUEST_PAIRS,
   VARIANTS,
   WORKLOADS,
   type Variant,
@@ -239,9 +240,12 @@ async function traceAll(server: ServerProcess, nextId: () => string, variants: r
   const agent = keepAliveAgent(1);
   const traces: Partial<Record<Variant, { first: Trace; duplicate: Trace }>> = {};
   for (const variant of variants) {
-    const body = stripeEventBody(nextId(), 1);
+    const id = nextId();
+    const body = stripeEventBody(id, 1);
     const send = async (): Promise<Trace> => {
-      const { result, queries } = await server.trace(() => postJson(agent, server.url, `/${variant}`, body));
+      const { result, queries } = await server.trace(() =>
+        postJson(agent, server.url, `/${variant}`, body, performance.now(), id),
+      );
       return { status: result.status, queries };
     };
     traces[variant] = { first: await send(), duplicate: await send() };
@@ -325,7 +329,10 @@ async function interleavedRatios(
   baseline?: LoadFn,
 ): Promise<{ ratios: Record<string, RatioResult>; baseline?: Record<string, BaselinePairResult> }> {
   // The reference pairs double the time; a quick run (< 60 s) keeps to the headline.
-  const pairs = options.mode === 'full' ? [...HEADLINE_PAIRS, ...REFERENCE_PAIRS] : HEADLINE_PAIRS;
+  const pairs =
+    options.mode === 'full'
+      ? [...HEADLINE_PAIRS, ...REQUEST_PAIRS, ...REFERENCE_PAIRS]
+      : [...HEADLINE_PAIRS, ...REQUEST_PAIRS];
   const reps: Record<string, RatioRep[]> = Object.fromEntries(pairs.map((pair) => [pair.name, []]));
   const baselineReps: Record<string, BaselineRep[]> = Object.fromEntries(
     HEADLINE_PAIRS.map((pair) => [pair.name, []]),

@@ -11,6 +11,8 @@ export const VARIANTS = [
   'lib-tx',
   'raw-lease',
   'lib-external',
+  'lib-request',
+  'raw-request',
 ] as const;
 
 /** One way of handling the webhook; it is also the route the bench server serves it on. */
@@ -26,12 +28,26 @@ export const VARIANT_DESCRIPTIONS: Record<Variant, string> = {
   'lib-tx': '`@IdempotentWebhook` transaction mode doing the same insert',
   'raw-lease': 'hand-written fix two: lease upsert, insert, mark done',
   'lib-external': '`@IdempotentWebhook({ external: true })` doing the same insert',
+  'lib-request':
+    '`@IdempotentRequest` (Idempotency-Key header) doing the same insert, its response stored by the COMMIT',
+  'raw-request':
+    'hand-written request mode: BEGIN, claim with fingerprint, insert, store the response, COMMIT on a pg client',
 };
 
 /** The headline comparisons: the library against the hand-written SQL it replaces. */
 export const HEADLINE_PAIRS = [
   { name: 'lib-tx/raw-tx', lib: 'lib-tx', raw: 'raw-tx' },
   { name: 'lib-external/raw-lease', lib: 'lib-external', raw: 'raw-lease' },
+] as const satisfies readonly Pair[];
+
+/**
+ * The request mode (`@IdempotentRequest`): what storing the response costs against the webhook
+ * mode on the same work (goal < 5%, no round trip more), and the library against the same done by
+ * hand (goal >= 1.0). Interleaved as the headline pairs, in quick runs too.
+ */
+export const REQUEST_PAIRS = [
+  { name: 'lib-request/lib-tx', lib: 'lib-request', raw: 'lib-tx' },
+  { name: 'lib-request/raw-request', lib: 'lib-request', raw: 'raw-request' },
 ] as const satisfies readonly Pair[];
 
 /**
@@ -65,4 +81,6 @@ export const SCOPES: Record<Exclude<Variant, 'none'>, string> = {
   'lib-tx': 'bench:lib-tx',
   'raw-lease': 'bench:raw-lease',
   'lib-external': 'bench:lib-external',
+  'lib-request': 'bench:lib-request',
+  'raw-request': 'bench:raw-request',
 };

@@ -49,6 +49,9 @@ const KNOWN_OPTIONS: Record<keyof IdempotencyModuleOptions, true> = {
   signatures: true,
   handoff: true,
   strictTransactions: true,
+  detectUnstableKeys: true,
+  unstableKeyWindowMs: true,
+  maxStoredResponseBytes: true,
 };
 
 /** Positive-number options, checked at start-up so a typo fails fast rather than at the first event. */
@@ -62,16 +65,29 @@ const POSITIVE = [
   'retentionBatchSize',
   'retentionMaxBatches',
   'slowTransactionWarnMs',
+  'unstableKeyWindowMs',
+  'maxStoredResponseBytes',
 ] as const;
 
 /** Options that count whole things: seconds in a header, rows in a batch. */
-const WHOLE = ['retryAfterSeconds', 'retentionBatchSize', 'retentionMaxBatches'] as const;
+const WHOLE = [
+  'retryAfterSeconds',
+  'retentionBatchSize',
+  'retentionMaxBatches',
+  'maxStoredResponseBytes',
+] as const;
 
 /**
  * Millisecond options that become timers or intervals: above MAX_TIMER_MS Node fires them after
  * 1 ms (a heartbeat or a report every millisecond), and Postgres cannot add Infinity to now().
  */
-const TIMED = ['leaseMs', 'reportEveryMs', 'slowTransactionWarnMs', 'concurrentDuplicateWaitMs'] as const;
+const TIMED = [
+  'leaseMs',
+  'reportEveryMs',
+  'slowTransactionWarnMs',
+  'concurrentDuplicateWaitMs',
+  'unstableKeyWindowMs',
+] as const;
 
 /** Numbers only: '10' from an unparsed environment variable would work only by coercion. */
 const isPositive = (value: unknown) => typeof value === 'number' && value > 0;
@@ -89,6 +105,8 @@ export function resolveIdempotencyConfig(options: IdempotencyModuleOptions = {})
     prometheus: true,
     preparedStatements: 'auto',
     strictTransactions: false,
+    // A development-time detector by default; it is cheap enough to keep on (see the option).
+    detectUnstableKeys: process.env.NODE_ENV !== 'production',
     table: DEFAULT_TABLE,
     ...defined,
   } as IdempotencyConfig;
@@ -109,6 +127,9 @@ export function resolveIdempotencyConfig(options: IdempotencyModuleOptions = {})
   }
   if (typeof config.strictTransactions !== 'boolean') {
     throw new Error(optionNotOneOf('strictTransactions', [true, false], config.strictTransactions));
+  }
+  if (typeof config.detectUnstableKeys !== 'boolean') {
+    throw new Error(optionNotOneOf('detectUnstableKeys', [true, false], config.detectUnstableKeys));
   }
   if (config.inFlightStatus !== 409 && config.inFlightStatus !== 503) {
     throw new Error(optionNotOneOf('inFlightStatus', [409, 503], config.inFlightStatus));

@@ -39,4 +39,12 @@ export const DEFAULTS = {
   retentionBatchSize: 5_000,
   retentionMaxBatches: 100,
   maxErrorLength: 500,
+  unstableKeyWindowMs: 3_600_000,
+  maxStoredResponseBytes: 65_536,
 } as const;
+
+/** Fingerprints remembered per process for `detectUnstableKeys`, the oldest forgotten first. */
+export const MAX_REMEMBERED_FINGERPRINTS = 10_000;
+
+/** Metadata key under which `@IdempotentRequest` stores its request-mode settings (with the webhook metadata). */
+export const IDEMPOTENT_REQUEST_METADATA = 'idempotency:request';

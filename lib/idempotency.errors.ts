@@ -1,4 +1,5 @@
 import { HttpException } from '@nestjs/common';
+import type { ConflictState } from './core/claim-check.js';
 
 /**
  * Everything the library raises about a delivery, one family on every transport:
@@ -21,7 +22,11 @@ export type IdempotencyErrorCode =
   | 'IDEMPOTENCY_SIGNATURE_INVALID'
   | 'IDEMPOTENCY_BODY_UNREADABLE'
   | 'IDEMPOTENCY_BODY_UNVERIFIABLE'
-  | 'IDEMPOTENCY_RAW_BODY_UNAVAILABLE';
+  | 'IDEMPOTENCY_RAW_BODY_UNAVAILABLE'
+  | 'IDEMPOTENCY_KEY_MISSING'
+  | 'IDEMPOTENCY_KEY_REUSED'
+  | 'IDEMPOTENCY_RESPONSE_NOT_STORED'
+  | 'IDEMPOTENCY_OWNER_UNKNOWN';
 
 /**
  * Set on every error the library makes, under a registered symbol. The package ships an ESM and a
@@ -45,6 +50,10 @@ interface ErrorOfCode {
   IDEMPOTENCY_UNAVAILABLE: IdempotencyUnavailableError;
   IDEMPOTENCY_TRANSACTION_ABORTED: TransactionAbortedError;
   IDEMPOTENCY_PROPAGATION: PropagationError;
+  IDEMPOTENCY_KEY_MISSING: MissingIdempotencyKeyError;
+  IDEMPOTENCY_KEY_REUSED: IdempotencyKeyReusedError;
+  IDEMPOTENCY_RESPONSE_NOT_STORED: ResponseNotStoredError;
+  IDEMPOTENCY_OWNER_UNKNOWN: IdempotencyOwnerUnknownError;
 }
 
 /**
@@ -65,6 +74,7 @@ const REASONS: Record<number, string> = {
   400: 'Bad Request',
   401: 'Unauthorized',
   409: 'Conflict',
+  422: 'Unprocessable Content',
   500: 'Internal Server Error',
   503: 'Service Unavailable',
 };
@@ -104,6 +114,24 @@ export abstract class IdempotencyError extends HttpException {
         : { statusCode: status, message, error: REASONS[status] };
     super(body, status, { cause: options.cause });
     Object.defineProperty(this, BRAND, { value: true });
+  }
+
+  /** Set by asProblemDetails(): the body is then an RFC 9457 problem details object. */
+  private problem?: ProblemDetails;
+
+  /**
+   * Answers this error as problem details (RFC 9457, `application/problem+json`), as the
+   * Idempotency-Key draft shows its refusals: what `@IdempotentRequest` routes answer. Webhook
+   * routes keep Nest's `{ statusCode, message, error }`.
+   */
+  asProblemDetails(): this {
+    this.problem = problemDetails(this.code, this.getStatus(), this.message);
+    return this;
+  }
+
+  /** The body Nest answers: problem details once asked for (asProblemDetails), else Nest's shape. */
+  override getResponse(): string | object {
+    return this.problem ?? super.getResponse();
   }
 
   /**
@@ -211,4 +239,99 @@ export class PropagationError extends IdempotencyError {
   ) {
     super(message, scope, key, 500);
   }
+}
+
+/**
+ * 400. A request-mode route (`@IdempotentRequest`, `required: true`) received no `Idempotency-Key`
+ * header. Nothing ran and nothing was written: send the request again with a key.
+ */
+export class MissingIdempotencyKeyError extends IdempotencyError {
+  static override readonly CODES = ['IDEMPOTENCY_KEY_MISSING'] as const;
+  readonly code = 'IDEMPOTENCY_KEY_MISSING' as const;
+
+  constructor(message: string, scope: string) {
+    super(message, scope, undefined, 400);
+  }
+}
+
+/**
+ * 422. The key was used before for another request (a request-mode route: another method, URL or
+ * body) or another event (a webhook with `onKeyConflict: 'refuse'`): its fingerprint differs from
+ * the one stored with the claim, which is `state` (done, failed, or in flight). Nothing ran. A
+ * client sends the new request under a new key.
+ */
+export class IdempotencyKeyReusedError extends IdempotencyError {
+  static override readonly CODES = ['IDEMPOTENCY_KEY_REUSED'] as const;
+  readonly code = 'IDEMPOTENCY_KEY_REUSED' as const;
+
+  constructor(
+    message: string,
+    scope: string,
+    key: string,
+    /** What the key's claim is: done, failed, or in flight. */
+    readonly state: ConflictState,
+  ) {
+    super(message, scope, key, 422);
+  }
+}
+
+/**
+ * 500. A request-mode route returned what cannot be stored for its retries: a body over
+ * `maxStoredResponseBytes`, or one that is not JSON (a stream, a Buffer). Transaction mode only
+ * (external mode stores the status and headers without the body, as its work has happened): the
+ * claim and the handler's writes were rolled back, and a retry runs the handler again. Return a
+ * smaller body (a `Location` to read the rest from), or raise the cap.
+ */
+export class ResponseNotStoredError extends IdempotencyError {
+  static override readonly CODES = ['IDEMPOTENCY_RESPONSE_NOT_STORED'] as const;
+  readonly code = 'IDEMPOTENCY_RESPONSE_NOT_STORED' as const;
+
+  constructor(message: string, scope: string, key: string) {
+    super(message, scope, key, 500);
+  }
+}
+
+/**
+ * 500. A request-mode route scopes its keys to their owner (`owner`), and the function gave no
+ * owner for this request (it threw, or returned nothing). Nothing ran. A server fault: refuse
+ * unauthenticated requests with a guard, which runs before the claim.
+ */
+export class IdempotencyOwnerUnknownError extends IdempotencyError {
+  static override readonly CODES = ['IDEMPOTENCY_OWNER_UNKNOWN'] as const;
+  readonly code = 'IDEMPOTENCY_OWNER_UNKNOWN' as const;
+
+  constructor(message: string, scope: string) {
+    super(message, scope, undefined, 500);
+  }
+}
+
+/** RFC 9457 problem details, as `@IdempotentRequest` routes answer the library's refusals. */
+export interface ProblemDetails {
+  /** A URI naming the problem type: the draft, for the key's own problems; else `about:blank`. */
+  readonly type: string;
+  readonly title: string;
+  readonly status: number;
+  readonly detail: string;
+  /** The error's `code`, for programs. */
+  readonly code: IdempotencyErrorCode;
+}
+
+/** The Idempotency-Key draft, the documentation the key's problems point at. */
+export const IDEMPOTENCY_KEY_DRAFT =
+  'https://datatracker.ietf.org/doc/draft-ietf-httpapi-idempotency-key-header/';
+
+/** The draft's titles for the key's own problems; every other problem is `about:blank`. */
+const KEY_PROBLEM_TITLES: Partial<Record<IdempotencyErrorCode, string>> = {
+  IDEMPOTENCY_KEY_MISSING: 'Idempotency-Key is missing',
+  IDEMPOTENCY_INVALID_KEY: 'Idempotency-Key is malformed',
+  IDEMPOTENCY_KEY_REUSED: 'Idempotency-Key is already used',
+  IDEMPOTENCY_IN_FLIGHT: 'A request is outstanding for this Idempotency-Key',
+};
+
+function problemDetails(code: IdempotencyErrorCode, status: number, detail: string): ProblemDetails {
+  const title = KEY_PROBLEM_TITLES[code];
+  // RFC 9457 4.2.1: with about:blank the title is the status's reason phrase.
+  return title
+    ? { type: IDEMPOTENCY_KEY_DRAFT, title, status, detail, code }
+    : { type: 'about:blank', title: REASONS[status] ?? 'Error', status, detail, code };
 }

@@ -17,6 +17,7 @@ import { RetryAfterEstimator } from './strategies/retry-after.estimator.js';
 import { DELIVERY_TRANSPORT_REGISTRY, deliveryTransportProviders } from './transports/delivery-transports.js';
 import { IdempotencyExplorer } from './transports/idempotency.explorer.js';
 import { IdempotencyInterceptor } from './transports/idempotency.interceptor.js';
+import { KeyFindings } from './transports/key-findings.js';
 import { HandoffMetrics } from './transports/queue/handoff-metrics.js';
 import { HandoffQueues } from './transports/queue/handoff-queues.service.js';
 import { QueueHandoff } from './transports/queue/queue-handoff.js';
@@ -52,6 +53,8 @@ import { QueueHandoff } from './transports/queue/queue-handoff.js';
     IdempotencyService,
     ...deliveryTransportProviders,
     IdempotencyInterceptor,
+    // Key checks: key_conflict and key_unstable, logged once per handler.
+    KeyFindings,
     IdempotencyExplorer,
     SignatureGuardsExplorer,
     IdempotencyContext,
@@ -72,6 +75,7 @@ import { QueueHandoff } from './transports/queue/queue-handoff.js';
     ClaimRunner,
     IdempotencyService,
     IdempotencyInterceptor,
+    KeyFindings,
     IdempotencyContext,
     ExpiredLeaseReporter,
     IdempotencyClaims,

@@ -17,6 +17,7 @@ export type {
 
 // Making handlers idempotent: HTTP and microservice handlers, provider methods, plain calls, workers.
 export { IdempotentWebhook } from './transports/idempotent-webhook.decorator.js';
+export { IdempotentRequest } from './transports/idempotent-request.decorator.js';
 export { WebhookTransaction } from './transports/webhook-transaction.decorator.js';
 export { Idempotent } from './transports/method/idempotent.decorator.js';
 export { IdempotentWorker } from './transports/queue/idempotent-worker.decorator.js';
@@ -29,10 +30,13 @@ export type {
   IdempotentOptions,
   IdempotentRunOptions,
   IdempotentRunResult,
+  IdempotentRequestOptions,
   IdempotentWebhookOptions,
   IdempotentWorkerOptions,
+  WebhookFingerprint,
   WebhookSignatureName,
 } from './interfaces/index.js';
+export type { StoredResponse } from './core/claim-check.js';
 export type { IdempotencyMode } from './strategies/claim-strategies.js';
 export type { DeliveryTransport, SettledResult } from './transports/delivery-transport.js';
 
@@ -59,12 +63,17 @@ export { ShopifySignatureGuard } from './guards/shopify-signature.guard.js';
 export {
   EventInFlightError,
   IdempotencyError,
+  IdempotencyKeyReusedError,
+  IdempotencyOwnerUnknownError,
   IdempotencyUnavailableError,
   InvalidIdempotencyKeyError,
   isIdempotencyError,
+  MissingIdempotencyKeyError,
   PropagationError,
+  ResponseNotStoredError,
   TransactionAbortedError,
   type IdempotencyErrorCode,
+  type ProblemDetails,
 } from './idempotency.errors.js';
 export { WebhookSignatureError, type SignatureFailure } from './guards/webhook-signature.error.js';
 export {

@@ -6,6 +6,7 @@ import { DatabaseModule } from './database/database.module.js';
 import { HealthModule } from './health/health.module.js';
 import { IdempotencyModule } from './idempotency.js';
 import { MetricsModule } from './metrics/metrics.module.js';
+import { RefundsModule } from './refunds/refunds.module.js';
 import { FULFILMENT_QUEUE } from './stripe/stripe-scopes.js';
 import { StripeModule } from './stripe/stripe.module.js';
 
@@ -56,6 +57,7 @@ export class AppModule {
           }),
         }),
         StripeModule,
+        RefundsModule,
         HealthModule,
         MetricsModule,
       ],

@@ -14,7 +14,15 @@ export function keepAliveAgent(maxSockets = 256): Agent {
 }
 
 /** POSTs a JSON body and resolves when the answer is read (status 0: the request failed). */
-export function postJson(agent: Agent, url: string, path: string, body: string, dueAt = performance.now()) {
+export function postJson(
+  agent: Agent,
+  url: string,
+  path: string,
+  body: string,
+  dueAt = performance.now(),
+  /** The event's id, sent as the request mode's `Idempotency-Key` (webhook routes ignore it). */
+  key?: string,
+) {
   return new Promise<PostAnswer>((resolve) => {
     const target = new URL(path, url);
     const req = request(
@@ -22,7 +30,11 @@ export function postJson(agent: Agent, url: string, path: string, body: string, 
       {
         method: 'POST',
         agent,
-        headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) },
+        headers: {
+          'content-type': 'application/json',
+          'content-length': Buffer.byteLength(body),
+          ...(key === undefined ? {} : { 'idempotency-key': `"${key}"` }),
+        },
       },
       (res) => {
         res.resume();

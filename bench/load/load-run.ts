@@ -66,7 +66,9 @@ export async function runLoad(options: LoadOptions): Promise<LoadResult> {
           }
           // One request in flight per connection: the context carries its id to onResponse.
           context.id = id;
-          return { ...request, body: stripeEventBody(id, sequence++) };
+          // Every variant gets the request mode's header (an sf-string); webhook routes ignore it.
+          const headers = { ...request.headers, 'idempotency-key': `"${id}"` };
+          return { ...request, headers, body: stripeEventBody(id, sequence++) };
         },
         onResponse(status, _body, context) {
           if (status < 200 || status >= 300) return;

@@ -1,15 +1,19 @@
+import { createHash } from 'node:crypto';
 import {
   Body,
   Controller,
   HttpCode,
   Inject,
   Post,
+  Req,
+  Res,
   ServiceUnavailableException,
+  UnprocessableEntityException,
   UseInterceptors,
 } from '@nestjs/common';
 import type pg from 'pg';
 import { DataSource, type EntityManager } from 'typeorm';
-import { IdempotentWebhook, WebhookTransaction } from '../../lib/index.js';
+import { IdempotentRequest, IdempotentWebhook, WebhookTransaction } from '../../lib/index.js';
 import type { BenchEvent } from '../load/stripe-event.js';
 import { SCOPES, type Variant } from '../variants.js';
 import {
@@ -18,6 +22,9 @@ import {
   RAW_LEASE_CLAIM,
   RAW_LEASE_DONE,
   RAW_LEASE_STATE,
+  RAW_REQUEST_CLAIM,
+  RAW_REQUEST_STORE,
+  RAW_REQUEST_STORED,
 } from './hand-written.sql.js';
 import { PassThroughInterceptor } from './pass-through.interceptor.js';
 
@@ -102,6 +109,55 @@ export class BenchController {
     // Autocommitted through TypeORM, as the library's external mode leaves a handler to do.
     await this.dataSource.query(ORDER_INSERT, order(event, 'lib-external'));
     return RECEIVED;
+  }
+
+  @Post('lib-request')
+  @HttpCode(200)
+  @IdempotentRequest({ scope: SCOPES['lib-request'], source: SOURCE })
+  async libRequest(@Body() event: BenchEvent, @WebhookTransaction() manager: EntityManager) {
+    await manager.query(ORDER_INSERT, order(event, 'lib-request'));
+    return RECEIVED;
+  }
+
+  /**
+   * The request mode by hand, as careful code would write it: the key from the header, a
+   * fingerprint of method, URL and body stored with the claim, the response stored before the
+   * COMMIT, and a retry answered the stored response (or 422 for another body).
+   */
+  @Post('raw-request')
+  async rawRequest(
+    @Body() event: BenchEvent,
+    @Req() request: { method: string; originalUrl?: string; url: string; headers: Record<string, unknown> },
+    @Res({ passthrough: true }) response: { status(code: number): unknown },
+  ) {
+    const key = JSON.parse(String(request.headers['idempotency-key'])) as string;
+    const fingerprint = createHash('sha256')
+      .update(`${request.method}\n${request.originalUrl ?? request.url}\n${JSON.stringify(event)}`)
+      .digest('hex');
+    const scope = SCOPES['raw-request'];
+    const client = await this.pool.connect();
+    let broken: Error | undefined;
+    try {
+      await client.query('BEGIN');
+      const claimed = await client.query(RAW_REQUEST_CLAIM, [scope, key, SOURCE, fingerprint]);
+      if (claimed.rowCount === 0) {
+        const [stored] = (await client.query(RAW_REQUEST_STORED, [scope, key])).rows;
+        await client.query('ROLLBACK');
+        if (stored?.fingerprint !== fingerprint) throw new UnprocessableEntityException('key reused');
+        response.status(stored.response.status);
+        return stored.response.body;
+      }
+      await client.query(ORDER_INSERT, order(event, 'raw-request'));
+      await client.query(RAW_REQUEST_STORE, [scope, key, { status: 200, headers: {}, body: RECEIVED }]);
+      await client.query('COMMIT');
+      response.status(200);
+      return RECEIVED;
+    } catch (error) {
+      await client.query('ROLLBACK').catch((rollbackError: Error) => (broken = rollbackError));
+      throw error;
+    } finally {
+      client.release(broken);
+    }
   }
 
   /** Seed fix one by hand: the claim and the insert commit together on one pg client. */

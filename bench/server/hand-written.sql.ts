@@ -17,6 +17,22 @@ VALUES ($1, $2, $3, 'done', now())
 ON CONFLICT (scope, event_key) DO NOTHING
 RETURNING event_key`;
 
+/**
+ * Request mode by hand: the claim with the request's fingerprint. $1 scope, $2 key, $3 source,
+ * $4 fingerprint.
+ */
+export const RAW_REQUEST_CLAIM = `
+INSERT INTO processed_events (scope, event_key, source, status, completed_at, fingerprint)
+VALUES ($1, $2, $3, 'done', now(), $4)
+ON CONFLICT (scope, event_key) DO NOTHING
+RETURNING event_key`;
+
+/** Request mode by hand, when the claim returned nothing: what to replay. $1 scope, $2 key. */
+export const RAW_REQUEST_STORED = `SELECT fingerprint, response FROM processed_events WHERE scope = $1 AND event_key = $2`;
+
+/** Request mode by hand: the response, before the COMMIT. $1 scope, $2 key, $3 response. */
+export const RAW_REQUEST_STORE = `UPDATE processed_events SET response = $3 WHERE scope = $1 AND event_key = $2`;
+
 /** Seed fix two: take a new key, or one whose worker has clearly died. $1 scope, $2 key, $3 source. */
 export const RAW_LEASE_CLAIM = `
 INSERT INTO processed_events AS pe (scope, event_key, source, status, claimed_at)

@@ -1,4 +1,5 @@
 import type { EntityManager } from 'typeorm';
+import type { StoredResponse } from './claim-check.js';
 import type { ClaimHandle, ClaimSpec, TransactionExecutor } from './claim-strategy.js';
 
 /** The delivery an idempotent handler runs for; one per claim, whatever the transport. */
@@ -97,5 +98,10 @@ export class ClaimDelivery implements IdempotentDelivery {
   afterCommit(fn: () => unknown): void {
     if (typeof fn !== 'function') throw new TypeError('afterCommit() takes a function');
     this.handle.afterCommit(fn);
+  }
+
+  /** Key checks: stores the handler's response with the claim (see ClaimHandle.recordResponse). */
+  recordResponse(response: StoredResponse): void {
+    this.handle.recordResponse?.(this.scope, this.key, response);
   }
 }

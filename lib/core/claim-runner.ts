@@ -11,6 +11,7 @@ import {
 import { ClaimDatabase } from '../postgres/claim-database.js';
 import { CLAIM_STRATEGY_REGISTRY } from '../strategies/claim-strategies.js';
 import { ClaimDelivery, type IdempotentDelivery } from './claim-delivery.js';
+import type { ClaimCheck } from './claim-check.js';
 import type { ClaimResult } from './claim-result.js';
 import type { ClaimHandle, ClaimSpec, ClaimStrategy } from './claim-strategy.js';
 import { currentDelivery, runInIdempotencyContext } from './idempotency-context.js';
@@ -58,6 +59,9 @@ export class ClaimRunner implements OnModuleInit {
         return { status: 'processed', value: result.value };
       case 'replayed':
         return { status: 'replayed' };
+      case 'conflict':
+        // Only handlers with key checks (the decorators') meet one; run() and @Idempotent have none.
+        throw new Error(`${spec.scope}: a key conflict on a handler without key checks`);
       case 'in_flight':
         throw new EventInFlightError(
           duplicateInFlight(key),
@@ -77,7 +81,9 @@ export class ClaimRunner implements OnModuleInit {
   execute<T>(
     spec: ClaimSpec,
     key: string,
-    work: (delivery: IdempotentDelivery) => Promise<T>,
+    work: (delivery: ClaimDelivery) => Promise<T>,
+    /** Key checks: the delivery's fingerprint, for handlers whose spec has checks. */
+    check?: ClaimCheck,
   ): Promise<ClaimResult<T>> {
     const strategy = this.strategies.get(spec.mode)!;
     const run = (handle: ClaimHandle) => {
@@ -91,7 +97,7 @@ export class ClaimRunner implements OnModuleInit {
     };
     const enclosing = currentDelivery();
     if (enclosing === undefined && spec.propagation !== Propagation.Mandatory) {
-      return strategy.run(spec, key, run);
+      return strategy.run(spec, key, run, undefined, check);
     }
     let joined: ClaimHandle | undefined;
     try {
@@ -99,7 +105,7 @@ export class ClaimRunner implements OnModuleInit {
     } catch (error) {
       return Promise.reject(error);
     }
-    return strategy.run(spec, key, run, joined);
+    return strategy.run(spec, key, run, joined, check);
   }
 
   /**

@@ -1,4 +1,5 @@
 import type { EntityManager } from 'typeorm';
+import type { ClaimCheck, ClaimChecks, StoredResponse } from './claim-check.js';
 import type { ClaimResult } from './claim-result.js';
 import type { Propagation } from './propagation.js';
 
@@ -19,6 +20,12 @@ export interface ClaimSpec {
   readonly heartbeat?: boolean;
   /** What a claim made while another delivery runs does (see propagation.ts). */
   readonly propagation: Propagation;
+  /**
+   * Key checks (claim-check.ts): set by `@IdempotentWebhook` and `@IdempotentRequest`, whose
+   * claims store a fingerprint and can store a response; undefined for `@Idempotent` and
+   * `IdempotencyService.run()`, whose claims are as before.
+   */
+  readonly checks?: ClaimChecks;
 }
 
 /**
@@ -62,6 +69,11 @@ export interface ClaimHandle {
   readonly signal: AbortSignal;
   /** Runs `fn` once the claim is recorded done (the COMMIT, or the fenced completion), never otherwise. */
   afterCommit(fn: () => unknown): void;
+  /**
+   * Key checks: stores what the handler answered with the claim, written by the COMMIT
+   * (transaction mode) or the fenced completion (external mode), never apart from it.
+   */
+  recordResponse?(scope: string, key: string, response: StoredResponse): void;
 }
 
 /**
@@ -78,5 +90,7 @@ export interface ClaimStrategy {
     key: string,
     work: (handle: ClaimHandle) => Promise<T>,
     enclosing?: ClaimHandle,
+    /** Key checks: the delivery's fingerprint and what a conflict gets (with spec.checks). */
+    check?: ClaimCheck,
   ): Promise<ClaimResult<T>>;
 }

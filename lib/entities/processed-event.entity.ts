@@ -8,6 +8,7 @@ import {
   type EntitySchemaColumnOptions,
 } from 'typeorm';
 import { claimTable, DEFAULT_TABLE, type ClaimTable } from '../postgres/claim-table.js';
+import type { StoredResponse } from '../core/claim-check.js';
 import { claimTableNames } from '../postgres/schema.sql.js';
 
 /** Lifecycle of a claim. Transaction mode commits `done`, or records `failed`; external mode uses all three. */
@@ -25,6 +26,8 @@ const COLUMNS = {
   leaseExpiresAt: { name: 'lease_expires_at', type: 'timestamptz', nullable: true },
   completedAt: { name: 'completed_at', type: 'timestamptz', nullable: true },
   lastError: { name: 'last_error', type: 'text', nullable: true },
+  fingerprint: { type: 'text', nullable: true },
+  response: { type: 'jsonb', nullable: true },
 } as const satisfies Record<string, EntitySchemaColumnOptions>;
 
 /** The CHECK on status, as the migration writes it. */
@@ -81,6 +84,14 @@ export class ProcessedEvent {
   /** Short message of the last failure. */
   @Column(COLUMNS.lastError)
   lastError!: string | null;
+
+  /** SHA-256 (hex) of what the delivery carried, for the key checks; null when not checked. */
+  @Column(COLUMNS.fingerprint)
+  fingerprint!: string | null;
+
+  /** What a request-mode route answered (or a `@MessagePattern` replied), replayed to retries. */
+  @Column(COLUMNS.response)
+  response!: StoredResponse | null;
 }
 
 /** Entities to add to your TypeORM configuration: `entities: [...yours, ...IDEMPOTENCY_ENTITIES]`. */

@@ -13,6 +13,11 @@
  * - `forgotten`: an operator deleted a claim (`IdempotencyClaims.forget`); the next delivery
  *   processes the event again. (The `claims` CLI runs in a process of its own: its actions are not
  *   counted in the app.)
+ * - `key_conflict`: a delivery's fingerprint differed from its claim's (a key reused for another
+ *   request or event); refused with 422, or counted beside the delivery's own outcome when let
+ *   through (`onKeyConflict: 'replay'`).
+ * - `key_unstable`: a webhook's fingerprint arrived under a second key (`detectUnstableKeys`),
+ *   counted beside the delivery's own outcome.
  */
 export type ClaimOutcome =
   | 'claimed'
@@ -23,7 +28,9 @@ export type ClaimOutcome =
   | 'lease_lost'
   | 'expired'
   | 'released'
-  | 'forgotten';
+  | 'forgotten'
+  | 'key_conflict'
+  | 'key_unstable';
 
 /** Passed to the `onOutcome` hook. */
 export interface ClaimOutcomeEvent {

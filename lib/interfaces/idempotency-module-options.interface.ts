@@ -153,6 +153,29 @@ export interface IdempotencyModuleOptions {
    * @default undefined (pg-boss is never loaded)
    */
   handoff?: HandoffOptions;
+  /**
+   * Look for keys that change between copies of one event (a timestamp, a per-request UUID): the
+   * same webhook fingerprint arriving under a second key within `unstableKeyWindowMs` is logged
+   * once per handler and counted (`key_unstable`). In memory, per process (a copy that reaches
+   * another replica is not compared): under a microsecond per delivery and about 380 bytes per
+   * fingerprint remembered (at most 10,000: under 4 MB), so it can stay on (docs/idempotency-key.md
+   * has the measurement).
+   * @default true unless NODE_ENV is 'production'
+   */
+  detectUnstableKeys?: boolean;
+  /**
+   * How long a webhook fingerprint is remembered for `detectUnstableKeys`, in ms (at most 10,000
+   * fingerprints per process, the oldest forgotten first).
+   * @default 3600000 (1 hour)
+   */
+  unstableKeyWindowMs?: number;
+  /**
+   * The largest response body `@IdempotentRequest` routes store for their replays, in bytes of its
+   * JSON (a route's own `maxStoredResponseBytes` overrides it). See that option for what happens
+   * over it.
+   * @default 65536
+   */
+  maxStoredResponseBytes?: number;
 }
 
 /** One sender's signing secret; several during a rotation (a delivery signed with any passes). */

@@ -73,6 +73,82 @@ export interface IdempotentWebhookOptions extends IdempotencyClaimOptions {
    * @default undefined (no signature check)
    */
   signature?: WebhookSignatureName;
+  /**
+   * What a delivery's fingerprint is made of, stored with its claim: a delivery under a key already
+   * claimed with another fingerprint is a key reused for another event (a key taken from the
+   * object id: one charge has several events), reported as `key_conflict`; the same fingerprint
+   * under a second key is a key that changes between copies of one event (`key_unstable`, see
+   * the module's `detectUnstableKeys`). A sender preset leaves out what that sender changes
+   * between copies: `'stripe'` hashes the event's id, type and created (only `pending_webhooks`
+   * changes between copies, and the rest is never walked); `'github'`,
+   * `'shopify'`, `'standard-webhooks'` and `'body'` the body as delivered (their delivery
+   * headers are not part of it). A function's value (a string, bytes or JSON) is hashed instead;
+   * `false` stores none and checks nothing. One that cannot be made (a function that throws) is
+   * none for that delivery, which runs as it would without the checks.
+   * @default the `signature` sender's preset, `'stripe'` with `stripeEventKey`, else `'body'`
+   */
+  fingerprint?: WebhookFingerprint;
+  /**
+   * What a delivery whose fingerprint differs from its claim's gets. `'replay'`: what it would get
+   * without the check (replayed when the claim is done; run when it failed; 409 in flight), with a
+   * warning once per handler and the `key_conflict` count: a sender cannot fix its keys, and the
+   * event it sent is the one it meant. `'refuse'`: 422 (`IdempotencyKeyReusedError`), nothing runs.
+   * @default 'replay'
+   */
+  onKeyConflict?: 'replay' | 'refuse';
+}
+
+/** What a webhook's fingerprint is made of (see `IdempotentWebhookOptions.fingerprint`). */
+export type WebhookFingerprint =
+  | 'stripe'
+  | 'github'
+  | 'shopify'
+  | 'standard-webhooks'
+  | 'body'
+  | false
+  | ((body: any, request: any) => unknown);
+
+/**
+ * Options of `@IdempotentRequest()`: a route of your own API whose clients send an
+ * `Idempotency-Key` header (the IETF httpapi draft). Evaluated at import time.
+ */
+export interface IdempotentRequestOptions extends IdempotencyClaimOptions {
+  /**
+   * A request without the header is refused 400 (problem details) and runs nothing; `false` runs
+   * it without a claim, as a route without the decorator would.
+   * @default true
+   */
+  required?: boolean;
+  /**
+   * Whose key it is: a function of the request returning the caller's identity (a user, a tenant,
+   * an API key's id), made part of the claim's key, so that one caller's key never replays another
+   * caller's response. It must return a non-empty string (or a number); anything else is answered
+   * 500 (`IDEMPOTENCY_OWNER_UNKNOWN`) and runs nothing: refuse unauthenticated requests in a guard.
+   * @default undefined (keys are shared by every caller of the route)
+   */
+  owner?: (request: any) => unknown;
+  /**
+   * What a request's fingerprint is made of, stored with its claim: the same key with another
+   * fingerprint is answered 422 and runs nothing. By default a SHA-256 of the method, the URL
+   * (path and query) and the raw body (`rawBody: true`; without it, the parsed body serialised
+   * again). A function's value (a string, bytes or JSON) is hashed instead; `false` checks nothing.
+   * @default method, URL and raw body
+   */
+  fingerprint?: false | ((request: any) => unknown);
+  /**
+   * Response headers stored with the response and set again on its replays, as the handler set
+   * them (`@Header()`, or `@Res({ passthrough: true })`). Status and body are always stored.
+   * @default ['Location']
+   */
+  replayHeaders?: string[];
+  /**
+   * The largest body stored for replays, in bytes of its JSON, overriding the module's. Over it, in
+   * transaction mode the request fails (500, `IDEMPOTENCY_RESPONSE_NOT_STORED`) and is rolled back,
+   * writes and claim alike, so that no claim is ever done without its response; in external mode
+   * (its work has happened) the status and headers are stored without the body, logged as an error.
+   * @default the module's maxStoredResponseBytes (65536)
+   */
+  maxStoredResponseBytes?: number;
 }
 
 /** The senders `@IdempotentWebhook({ signature })` can verify. */

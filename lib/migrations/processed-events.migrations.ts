@@ -1,16 +1,19 @@
 import type { MigrationInterface, QueryRunner } from 'typeorm';
 import { claimTable, DEFAULT_TABLE, type ClaimTable } from '../postgres/claim-table.js';
 import {
+  addStoredResponseColumnsSql,
   createClaimTableSql,
   createFailedIndexSql,
   createUnfinishedIndexSql,
   dropClaimTableSql,
   dropFailedIndexSql,
+  dropStoredResponseColumnsSql,
   dropUnfinishedIndexSql,
 } from '../postgres/schema.sql.js';
 import { CreateProcessedEvents1764547200000 } from './1764547200000-create-processed-events.migration.js';
 import { AddUnfinishedClaimsIndex1764892800000 } from './1764892800000-add-unfinished-claims-index.migration.js';
 import { AddFailedClaimsIndex1765238400000 } from './1765238400000-add-failed-claims-index.migration.js';
+import { AddStoredResponses1765584000000 } from './1765584000000-add-stored-responses.migration.js';
 
 /** A migration class, as TypeORM's `migrations` option takes it. */
 export type MigrationClass = new () => MigrationInterface;
@@ -23,6 +26,8 @@ export const IDEMPOTENCY_MIGRATIONS: MigrationClass[] = [
   CreateProcessedEvents1764547200000,
   AddUnfinishedClaimsIndex1764892800000,
   AddFailedClaimsIndex1765238400000,
+  // Key checks and stored responses (fingerprint, response).
+  AddStoredResponses1765584000000,
 ];
 
 /**
@@ -46,6 +51,12 @@ export function processedEventsMigrations(
       dropUnfinishedIndexSql,
     ),
     migration(`AddFailedClaimsIndex${tag}1765238400000`, table, createFailedIndexSql, dropFailedIndexSql),
+    migration(
+      `AddStoredResponses${tag}1765584000000`,
+      table,
+      addStoredResponseColumnsSql,
+      dropStoredResponseColumnsSql,
+    ),
   ];
 }
 

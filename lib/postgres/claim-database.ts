@@ -3,6 +3,7 @@ import type { DataSource } from 'typeorm';
 import { IDEMPOTENCY_CONFIG, IDEMPOTENCY_DATA_SOURCE } from '../idempotency.constants.js';
 import type { IdempotencyConfig } from '../interfaces/index.js';
 import { claimTable, type ClaimTable } from './claim-table.js';
+import { checkedClaimStatements } from './checked-claim.sql.js';
 import { claimStatements, type ClaimStatements } from './claim.sql.js';
 import { maintenanceStatements, type MaintenanceStatements } from './maintenance.sql.js';
 import { PreparedStatements } from './prepared-statements.js';
@@ -21,6 +22,16 @@ const unfinishedIndexMissing = (table: string) =>
 
 const failedIndexMissing = (table: string) =>
   `The claims table ${table} has no index on failed claims: retention walks every unfinished claim to find the old failed ones. Run the library's migrations (IDEMPOTENCY_MIGRATIONS adds it)`;
+
+const storedColumnsMissing = (table: string) =>
+  `The claims table ${table} has no fingerprint and response columns: the key checks of @IdempotentWebhook (key_conflict) and the stored replies of @MessagePattern are off, and @IdempotentRequest routes cannot start. Run the library's migrations (IDEMPOTENCY_MIGRATIONS adds them: AddStoredResponses1765584000000)`;
+
+/** Refused at boot: a request-mode route needs the stored responses. */
+export const storedColumnsRequired = (table: string, routes: readonly string[]) =>
+  `IdempotencyModule cannot start: ${routes.join(', ')} ${routes.length === 1 ? 'stores its responses' : 'store their responses'} in the claims table ${table}, which has no fingerprint and response columns. Run the library's migrations (IDEMPOTENCY_MIGRATIONS, or processedEventsMigrations({ schema, table }), adds them: AddStoredResponses1765584000000)`;
+
+/** The columns of key checks and stored responses (migration 1765584000000), and their types. */
+const STORED_COLUMNS: Record<string, string> = { fingerprint: 'text', response: 'jsonb' };
 
 /** The columns every statement relies on, with the type each must have. */
 const EXPECTED_COLUMNS: Record<string, string> = {
@@ -46,6 +57,8 @@ export class ClaimDatabase implements OnModuleInit {
   private readonly logger = new Logger('IdempotencyModule');
   readonly table: ClaimTable;
   readonly statements: ClaimStatements;
+  /** The statements of handlers with key checks (checked-claim.sql.ts). */
+  readonly checkedStatements: ClaimStatements;
   readonly maintenance: MaintenanceStatements;
   readonly prepared: PreparedStatements;
   readonly executor: StatementExecutor;
@@ -57,6 +70,7 @@ export class ClaimDatabase implements OnModuleInit {
     const schema = config.schema ?? (dataSource.options as { schema?: string }).schema;
     this.table = claimTable(schema, config.table);
     this.statements = claimStatements(this.table);
+    this.checkedStatements = checkedClaimStatements(this.table);
     this.maintenance = maintenanceStatements(this.table, config);
     this.prepared = new PreparedStatements(config.preparedStatements, this.logger);
     this.executor = new StatementExecutor(dataSource, this.prepared);
@@ -81,6 +95,35 @@ export class ClaimDatabase implements OnModuleInit {
    * every delivery 503 as if the database were down: a sender would retry forever.
    */
   async checkTable(): Promise<void> {
+    this.columnsChecked ??= this.readTable();
+    await this.columnsChecked;
+  }
+
+  /**
+   * True once the boot check found the columns of key checks and stored responses (migration
+   * 1765584000000): until then, and on a table without them, every handler claims with the
+   * statements of claim.sql.ts, as before the migration.
+   */
+  get keyChecks(): boolean {
+    return this.storedColumns;
+  }
+
+  /**
+   * Fails the boot when handlers that store their responses (`routes`, named) meet a table
+   * without the columns: a request-mode route that cannot replay would run a retry twice.
+   */
+  async requireStoredColumns(routes: readonly string[]): Promise<void> {
+    if (routes.length === 0) return;
+    await this.checkTable();
+    if (!this.storedColumns) throw new Error(storedColumnsRequired(this.table.sql, routes));
+  }
+
+  /** Whether the table has the stored-response columns (set by the boot check). */
+  private storedColumns = false;
+  /** The boot check, once, for whichever boot check asks first (this module's, the explorer's). */
+  private columnsChecked?: Promise<void>;
+
+  private async readTable(): Promise<void> {
     const [found] = await this.dataSource.query(`SELECT to_regclass($1)::text AS name`, [
       this.table.regclass,
     ]);
@@ -104,7 +147,16 @@ export class ClaimDatabase implements OnModuleInit {
     );
     const primary = (key?.columns as string[] | null) ?? [];
     if (primary.join(',') !== 'event_key,scope') wrong.push('its primary key is not (scope, event_key)');
+    // Key checks and stored responses: absent, the handlers keep the statements they had before
+    // (a warning; a request-mode route fails the boot, see requireStoredColumns); of the wrong
+    // type, the table is not the migration's.
+    const stored = Object.entries(STORED_COLUMNS).filter(([name]) => types.has(name));
+    for (const [name, type] of stored) {
+      if (types.get(name) !== type) wrong.push(`${name} is ${types.get(name)}, not ${type}`);
+    }
     if (wrong.length > 0) throw new Error(claimTableMismatch(this.table.sql, wrong));
+    this.storedColumns = stored.length === Object.keys(STORED_COLUMNS).length;
+    if (!this.storedColumns) this.logger.warn(storedColumnsMissing(this.table.sql));
 
     // Only the reporter needs the later migrations' indexes (poison query, retention of failed
     // claims): warn, the claims work without them. Found by what they index, whatever their name.

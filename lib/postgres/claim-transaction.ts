@@ -1,6 +1,12 @@
 import type { PoolClient, QueryResult } from 'pg';
 import type { EntityManager, QueryRunner } from 'typeorm';
 import { runAfterCommit } from '../core/after-commit.js';
+import {
+  fingerprintsConflict,
+  type ClaimCheck,
+  type ConflictState,
+  type StoredResponse,
+} from '../core/claim-check.js';
 import type { ClaimHandle, TransactionExecutor } from '../core/claim-strategy.js';
 import { processWide } from '../core/process-wide.js';
 import { claimUnsettled } from '../idempotency.messages.js';
@@ -59,6 +65,9 @@ interface ClaimRow {
   claimed: boolean;
   status: string | null;
   previous: string;
+  /** Key checks only (checked-claim.sql.ts): the claim's fingerprint and stored response. */
+  fingerprint?: string | null;
+  response?: StoredResponse | null;
 }
 
 /**
@@ -68,9 +77,16 @@ interface ClaimRow {
  * held for `heldMs` so far).
  */
 export type ClaimFound =
-  | { readonly kind: 'claimed'; readonly reclaimed: boolean }
-  | { readonly kind: 'done' }
-  | { readonly kind: 'leased'; readonly secondsLeft: number; readonly heldMs: number };
+  | { readonly kind: 'claimed'; readonly reclaimed: boolean; readonly conflict?: ConflictState }
+  | { readonly kind: 'done'; readonly fingerprint?: string | null; readonly response?: StoredResponse | null }
+  | {
+      readonly kind: 'leased';
+      readonly secondsLeft: number;
+      readonly heldMs: number;
+      readonly conflict?: ConflictState;
+    }
+  // Key checks (a ClaimCheck given): a failed claim or a lease of another fingerprint, refused.
+  | { readonly kind: 'conflict'; readonly state: ConflictState };
 
 /**
  * How a COMMIT ended, the one value the strategy acts on: committed; nothing written and the whole
@@ -101,8 +117,13 @@ export interface Savepoint {
   readonly afterCommit: number;
 }
 
-/** The claim's values: scope, key, source, and the lock_timeout that bounds a duplicate's wait. */
-export type ClaimValues = readonly [scope: string, key: string, source: string, lockTimeout: string];
+/**
+ * The claim's values: scope, key, source, and the lock_timeout that bounds a duplicate's wait;
+ * with key checks (the checked statements), the delivery's fingerprint last.
+ */
+export type ClaimValues =
+  | readonly [scope: string, key: string, source: string, lockTimeout: string]
+  | readonly [scope: string, key: string, source: string, lockTimeout: string, fingerprint: string | null];
 
 /**
  * A round whose PREPARE or EXECUTE finds the connection's prepared state other than this process
@@ -212,21 +233,21 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
    * Begins the transaction and claims (scope, key, source) with the given lock_timeout, and says
    * what the claim found. On an error the transaction may be open: roll back.
    */
-  async beginAndClaim(values: ClaimValues): Promise<ClaimFound> {
+  async beginAndClaim(values: ClaimValues, check?: ClaimCheck): Promise<ClaimFound> {
     const client = (this.client = await connectRunner(this.runner));
     const { statements, isolationLevel, subscribed } = this.options;
     if (isolationLevel !== undefined && !ISOLATION_LEVELS.has(isolationLevel)) {
       // Left to TypeORM's startTransaction() to accept or reject.
       await this.runner.startTransaction();
       const claimed = await client.query(claimQuery(statements.transactionClaim, [...values], false));
-      return this.settle(client, claimed.rows[0] as ClaimRow, values);
+      return this.settle(client, claimed.rows[0] as ClaimRow, values, check);
     }
     if (subscribed) await this.runner.broadcaster.broadcast('BeforeTransactionStart');
     adoptTransaction(this.runner);
     const begin = isolationLevel ? `BEGIN ISOLATION LEVEL ${isolationLevel}` : 'BEGIN';
     const row = await this.claimAfter(client, begin, 'ROLLBACK', values);
     if (subscribed) await this.runner.broadcaster.broadcast('AfterTransactionStart');
-    return this.settle(client, row, values);
+    return this.settle(client, row, values, check);
   }
 
   /**
@@ -247,11 +268,11 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
    * this delivery runs: it commits with this transaction or not at all. On an error (a duplicate's
    * lock_timeout among them) roll back to the savepoint.
    */
-  async claimAt(savepoint: Savepoint, values: ClaimValues): Promise<ClaimFound> {
+  async claimAt(savepoint: Savepoint, values: ClaimValues, check?: ClaimCheck): Promise<ClaimFound> {
     const client = this.openClient();
     const head = `SAVEPOINT ${savepoint.name}`;
     const row = await this.claimAfter(client, head, `ROLLBACK TO SAVEPOINT ${savepoint.name}`, values);
-    return this.settle(client, row, values);
+    return this.settle(client, row, values, check);
   }
 
   /**
@@ -277,8 +298,9 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
     values: ClaimValues,
   ): Promise<ClaimRow> {
     const { statements, prepared } = this.options;
-    // The simple protocol takes no parameters: the four values go as literals, escaped by pg.
-    const literals = values.map((value) => client.escapeLiteral(value));
+    // The simple protocol takes no parameters: the values go as literals, escaped by pg (a
+    // delivery without a fingerprint has a NULL one).
+    const literals = values.map((value) => (value === null ? 'NULL' : client.escapeLiteral(value)));
     const { name } = statements.transactionClaim;
     for (let round = 1; ; round++) {
       const known = preparedConnections.get(client);
@@ -318,9 +340,16 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
    * (retention): claimed anew. These extra round trips happen only off the happy path; they go
    * unnamed, as they are rare.
    */
-  private async settle(client: PoolClient, first: ClaimRow, values: ClaimValues): Promise<ClaimFound> {
+  private async settle(
+    client: PoolClient,
+    first: ClaimRow,
+    values: ClaimValues,
+    check?: ClaimCheck,
+  ): Promise<ClaimFound> {
     const { statements } = this.options;
     const [scope, key, , lockTimeout] = values;
+    // Key checks: the checked reclaim takes the delivery's fingerprint as its fifth value.
+    const fingerprint = values.length > 4 ? [values[4]] : [];
     let row = first;
     for (let round = 1; round <= MAX_SETTLE_ROUNDS; round++) {
       if (row.claimed) {
@@ -331,18 +360,43 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
         }
         return round > 1 ? RECLAIMED : FIRST_CLAIM;
       }
-      if (row.status === 'done') return DONE;
+      if (row.status === 'done') {
+        return check ? { kind: 'done', fingerprint: row.fingerprint, response: row.response } : DONE;
+      }
       if (row.status === 'failed' || row.status === 'in_progress') {
-        const reclaim = [scope, key, lockTimeout, first.previous];
+        // Key checks: a claim left by a delivery of another fingerprint is refused before it is
+        // taken over, or taken over and the conflict reported (see ClaimCheck).
+        const conflict: ConflictState | undefined =
+          check && fingerprintsConflict(check.fingerprint, row.fingerprint)
+            ? row.status === 'failed'
+              ? 'failed'
+              : 'in_flight'
+            : undefined;
+        if (conflict && check!.refuse) return { kind: 'conflict', state: conflict };
+        const reclaim = [scope, key, lockTimeout, first.previous, ...fingerprint];
         const reclaimed = await client.query(claimQuery(statements.transactionReclaim, reclaim, false));
-        if (reclaimed.rowCount === 1) return RECLAIMED;
+        if (reclaimed.rowCount === 1)
+          return conflict ? { kind: 'claimed', reclaimed: true, conflict } : RECLAIMED;
       }
       const [state] = (await client.query(claimQuery(statements.claimState, [scope, key], false))).rows;
       if (state?.status === 'in_progress' && state.live) {
-        return { kind: 'leased', secondsLeft: Number(state.seconds_left), heldMs: Number(state.held_ms) };
+        const conflict = check && fingerprintsConflict(check.fingerprint, state.fingerprint);
+        if (conflict && check.refuse) return { kind: 'conflict', state: 'in_flight' };
+        return {
+          kind: 'leased',
+          secondsLeft: Number(state.seconds_left),
+          heldMs: Number(state.held_ms),
+          ...(conflict ? { conflict: 'in_flight' as const } : {}),
+        };
       }
       row = state
-        ? { claimed: false, status: state.status as string, previous: first.previous }
+        ? {
+            claimed: false,
+            status: state.status as string,
+            previous: first.previous,
+            fingerprint: state.fingerprint,
+            response: state.response,
+          }
         : // Gone since (retention): claim it anew.
           ((await client.query(claimQuery(statements.transactionClaim, [...values], false)))
             .rows[0] as ClaimRow);
@@ -473,6 +527,30 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
     if (mustWrite !== undefined) (this.mustWrite ??= []).push(mustWrite);
     (this.deferred ??= []).push({ template, literals });
   }
+
+  /**
+   * Key checks: writes the handler's response into this transaction's claim, in the COMMIT's own
+   * query (beforeCommit: no round trip), so that the claim, the handler's writes and the response
+   * commit together or not at all. Without the checked statements (a table not migrated), nothing
+   * is stored.
+   */
+  recordResponse(scope: string, key: string, response: StoredResponse): void {
+    const statement = this.options.statements.storeResponse;
+    if (!statement) return;
+    this.beforeCommit(statement.text, [scope, key, response]);
+    this.recordedResponse = response;
+  }
+
+  /**
+   * Key checks: true when this transaction claims with the checked statements, whose claim takes a
+   * fingerprint as its fifth value (a claim joining it passes one, null when it has none).
+   */
+  get checked(): boolean {
+    return this.options.statements.storeResponse !== undefined;
+  }
+
+  /** Key checks: the response recordResponse() sent with the COMMIT, for in-process duplicates. */
+  recordedResponse?: StoredResponse;
 
   /**
    * Sends an autocommitted statement on this delivery's connection once its transaction is over

@@ -18,7 +18,7 @@ import type { ClaimStatement } from './statement-executor.js';
  * redelivery runs the work a second time. With `on` the COMMIT returns only once the WAL is
  * flushed here and, with `synchronous_standby_names`, on the synchronous standby (docs/failover.md).
  */
-const DURABLE_COMMIT = `set_config('synchronous_commit',
+export const DURABLE_COMMIT = `set_config('synchronous_commit',
   CASE WHEN current_setting('synchronous_commit') IN ('off', 'local', 'remote_write') THEN 'on'
        ELSE current_setting('synchronous_commit') END, true)`;
 
@@ -105,6 +105,11 @@ export interface ClaimStatements {
    * claimed did not (a claim sent again after retention removed the row it first met). $1 the value.
    */
   readonly restoreLockTimeout: ClaimStatement;
+  /**
+   * Key checks only (checked-claim.sql.ts): the handler's response, written by the claim's own
+   * COMMIT (sent with it, see TransactionExecutor.beforeCommit). $1 scope, $2 key, $3 response.
+   */
+  readonly storeResponse?: ClaimStatement;
 }
 
 /**
@@ -242,9 +247,10 @@ WHERE scope = $1 AND event_key = $2 AND status = 'in_progress'`,
  * The transaction claim as a SQL-level prepared statement, so that BEGIN and the claim can travel
  * in one simple-protocol query (`claimAfterSql`). Prepared once per connection.
  */
-export function prepareTransactionClaimSql(statements: ClaimStatements): string {
+export function prepareTransactionClaimSql(statements: ClaimStatements, parameters = 4): string {
   const { name, text } = statements.transactionClaim;
-  return `PREPARE ${name} (text, text, text, text) AS${text}`;
+  // The checked claim (checked-claim.sql.ts) takes the fingerprint as a fifth text.
+  return `PREPARE ${name} (${Array(parameters).fill('text').join(', ')}) AS${text}`;
 }
 
 /**
@@ -266,6 +272,6 @@ export function claimAfterSql(
     return `${head};${text.replace(/\$(\d)/g, (_, n: string) => literals[Number(n) - 1])}`;
   const execute = `EXECUTE ${name} (${literals.join(', ')})`;
   return how === 'prepare-and-execute'
-    ? `${head}; ${prepareTransactionClaimSql(statements)}; ${execute}`
+    ? `${head}; ${prepareTransactionClaimSql(statements, literals.length)}; ${execute}`
     : `${head}; ${execute}`;
 }

@@ -96,3 +96,22 @@ function dropIndexSql(table: ClaimTable, index: string): string {
 export function dropClaimTableSql(table: ClaimTable): string[] {
   return [`DROP TABLE IF EXISTS ${table.sql}`];
 }
+
+/**
+ * The fourth migration: the columns of key checks and stored responses. `fingerprint` is the
+ * SHA-256 (hex) of what a delivery carried, stored with its claim, so that a key reused for
+ * another request or event is told apart; `response` is what a request-mode route answered (or a
+ * `@MessagePattern` replied), written by the claim's own COMMIT (or fenced completion) and
+ * replayed to retries. Both nullable without a default: PostgreSQL adds them without rewriting
+ * the table, however big, and rows of handlers that use neither stay as they are.
+ */
+export function addStoredResponseColumnsSql(table: ClaimTable): string[] {
+  return [
+    `ALTER TABLE ${table.sql} ADD COLUMN IF NOT EXISTS fingerprint text, ADD COLUMN IF NOT EXISTS response jsonb`,
+  ];
+}
+
+/** Undoes the fourth migration (the stored responses go with it). */
+export function dropStoredResponseColumnsSql(table: ClaimTable): string[] {
+  return [`ALTER TABLE ${table.sql} DROP COLUMN IF EXISTS response, DROP COLUMN IF EXISTS fingerprint`];
+}

@@ -1,8 +1,17 @@
 /** How the delivery a duplicate waited for ended. */
 export type FirstOutcome = 'committed' | 'not_committed';
 
+/**
+ * Key checks: what a committed delivery stored, handed to its waiters so that they are answered
+ * (replayed with the response, or refused for another fingerprint) with no round trip.
+ */
+export interface CommittedClaim {
+  readonly fingerprint: string | null;
+  readonly response?: unknown;
+}
+
 /** A waiting duplicate's callback. */
-type Wake = (outcome: FirstOutcome) => void;
+type Wake = (outcome: FirstOutcome, committed?: CommittedClaim) => void;
 
 /**
  * Deliveries of this process that are claiming or running, by claim id, each with the duplicates
@@ -19,6 +28,8 @@ export class InProcessWaiters {
   private readonly running = new Map<string, number>();
   /** Running deliveries that have duplicates waiting → their callbacks. */
   private readonly waiting = new Map<string, Wake[]>();
+  /** Key checks: running deliveries that have a fingerprint → it (an entry only for those). */
+  private readonly fingerprints = new Map<string, string>();
 
   /** True while a delivery of `id` runs in this process. */
   has(id: string): boolean {
@@ -32,17 +43,27 @@ export class InProcessWaiters {
   }
 
   /** Registers the delivery of `id` as running; call before the first await, so duplicates find it. */
-  begin(id: string): void {
+  begin(id: string, fingerprint?: string | null): void {
     this.running.set(id, performance.now());
+    if (fingerprint) this.fingerprints.set(id, fingerprint);
+  }
+
+  /**
+   * Key checks: the fingerprint of the delivery of `id` running now, so that a duplicate of
+   * another fingerprint is told at once, without waiting for it (its claim is not visible yet).
+   */
+  fingerprintOf(id: string): string | undefined {
+    return this.fingerprints.get(id);
   }
 
   /** Ends the delivery of `id` and tells every waiter how. */
-  end(id: string, outcome: FirstOutcome): void {
+  end(id: string, outcome: FirstOutcome, committed?: CommittedClaim): void {
     this.running.delete(id);
+    this.fingerprints.delete(id);
     const waiting = this.waiting.get(id);
     if (!waiting) return;
     this.waiting.delete(id);
-    for (const wake of waiting) wake(outcome);
+    for (const wake of waiting) wake(outcome, committed);
   }
 
   /**
@@ -52,21 +73,29 @@ export class InProcessWaiters {
    * duplicate's callback alive.
    */
   wait(id: string, ms: number): Promise<FirstOutcome | 'timeout'> {
-    if (!this.running.has(id)) return Promise.resolve('not_committed');
-    if (ms <= 0) return Promise.resolve('timeout');
+    return this.waitFor(id, ms).then(({ outcome }) => outcome);
+  }
+
+  /** wait(), with what the first stored when it committed (key checks; see CommittedClaim). */
+  waitFor(
+    id: string,
+    ms: number,
+  ): Promise<{ outcome: FirstOutcome | 'timeout'; committed?: CommittedClaim }> {
+    if (!this.running.has(id)) return Promise.resolve({ outcome: 'not_committed' });
+    if (ms <= 0) return Promise.resolve({ outcome: 'timeout' });
     let waiting = this.waiting.get(id);
     if (!waiting) this.waiting.set(id, (waiting = []));
     const list = waiting;
     return new Promise((resolve) => {
-      const wake: Wake = (outcome) => {
+      const wake: Wake = (outcome, committed) => {
         clearTimeout(timer);
-        resolve(outcome);
+        resolve({ outcome, committed });
       };
       const timer = setTimeout(() => {
         const index = list.indexOf(wake);
         if (index >= 0) list.splice(index, 1);
         if (list.length === 0 && this.waiting.get(id) === list) this.waiting.delete(id);
-        resolve('timeout');
+        resolve({ outcome: 'timeout' });
       }, ms);
       list.push(wake);
     });

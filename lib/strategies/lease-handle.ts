@@ -1,4 +1,5 @@
 import { runAfterCommit } from '../core/after-commit.js';
+import type { StoredResponse } from '../core/claim-check.js';
 import type { ClaimHandle } from '../core/claim-strategy.js';
 
 /** Why a lease's signal aborted: `signal.reason` is one of these, with `name` 'LeaseLostError'. */
@@ -25,6 +26,8 @@ export class LeaseHandle implements ClaimHandle {
   private lostWhy?: 'taken' | 'expired';
   private callbacks?: (() => unknown)[];
   private finished = false;
+  /** Key checks: the response the fenced completion stores (recordResponse). */
+  response?: StoredResponse;
 
   constructor(
     private readonly scope: string,
@@ -75,6 +78,11 @@ export class LeaseHandle implements ClaimHandle {
 
   afterCommit(fn: () => unknown): void {
     (this.callbacks ??= []).push(fn);
+  }
+
+  /** Kept for the fenced completion, which writes it in its own UPDATE. */
+  recordResponse(_scope: string, _key: string, response: StoredResponse): void {
+    this.response = response;
   }
 
   /** True when a callback waits for the completion. */

@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { Inject, Injectable, Logger, type OnModuleDestroy } from '@nestjs/common';
 import { afterCommitFailed } from '../core/after-commit.js';
+import { fingerprintsConflict, type ClaimCheck, type StoredResponse } from '../core/claim-check.js';
 import type { ClaimResult } from '../core/claim-result.js';
 import type { ClaimHandle, ClaimSpec, ClaimStrategy } from '../core/claim-strategy.js';
 import { commitFaultsArmed, takeCommitFault } from '../core/commit-faults.js';
@@ -87,12 +88,17 @@ export class LeaseStrategy implements ClaimStrategy, OnModuleDestroy {
     spec: ClaimSpec,
     key: string,
     work: (handle: ClaimHandle) => Promise<T>,
+    _enclosing?: ClaimHandle,
+    check?: ClaimCheck,
   ): Promise<ClaimResult<T>> {
     const leaseMs = spec.leaseMs ?? this.config.leaseMs;
+    // Key checks need the table's fingerprint and response columns (ClaimDatabase.keyChecks).
+    const checked =
+      check !== undefined && spec.checks !== undefined && this.database.keyChecks ? check : undefined;
     // When the lease ends at the latest, by this process's clock: the database's expiry is its
     // now() at the claim (or renewal) plus the lease, which comes after the send began.
     const claimSent = performance.now();
-    const claim = await this.claim(spec, key, leaseMs);
+    const claim = await this.claim(spec, key, leaseMs, checked);
     if (claim.kind !== 'claimed') return claim;
 
     const { token, attempt } = claim;
@@ -150,7 +156,9 @@ export class LeaseStrategy implements ClaimStrategy, OnModuleDestroy {
         new Error('crashBeforeCommit(): the completion was not sent'),
       );
     }
-    if (await this.complete(spec, key, token, attempt, handle.leaseEnds)) {
+    if (
+      await this.complete(spec, key, token, attempt, handle.leaseEnds, checked && (handle.response ?? null))
+    ) {
       this.retryAfter.record(spec.scope, performance.now() - claimSent);
       if (handle.hasAfterCommit) {
         await handle.runAfterCommit((error) => this.logger.error(afterCommitFailed(spec.scope, key, error)));
@@ -163,13 +171,17 @@ export class LeaseStrategy implements ClaimStrategy, OnModuleDestroy {
     spec: ClaimSpec,
     key: string,
     leaseMs: number,
+    check?: ClaimCheck,
   ): Promise<{ kind: 'claimed'; token: string; attempt: number } | ClaimResult<never>> {
-    const { leaseClaim, claimState } = this.database.statements;
+    // Key checks: the checked statements take the fingerprint and whether conflicts are refused last.
+    const statements = check ? this.database.checkedStatements : this.database.statements;
+    const { leaseClaim, claimState } = statements;
     for (let round = 1; ; round++) {
       // One token per claim, kept when the claim is resent after a lost connection: the resend
       // then takes back its own lease (see ClaimStatements.leaseClaim).
       const token = randomUUID();
-      const parameters = [spec.scope, key, spec.source, token, leaseMs, this.lockTimeout];
+      const parameters: unknown[] = [spec.scope, key, spec.source, token, leaseMs, this.lockTimeout];
+      if (check) parameters.push(check.fingerprint, check.refuse);
       let rows: Record<string, any>[];
       try {
         rows = await this.query(spec, key, leaseClaim, parameters);
@@ -190,9 +202,21 @@ export class LeaseStrategy implements ClaimStrategy, OnModuleDestroy {
       if (rows[0]?.claimed) return { kind: 'claimed', token, attempt: Number(rows[0].attempts) };
       // Nothing claimed: done, or held by a live lease, or gone since the conflict. Read which.
       const [state] = await this.query(spec, key, claimState, [spec.scope, key]);
+      // Key checks: a claim of another fingerprint (done, failed, or a lease) is refused, or
+      // answered as usual and reported.
+      const conflict = check !== undefined && fingerprintsConflict(check.fingerprint, state?.fingerprint);
+      if (conflict && check.refuse && state) {
+        const live = state.status === 'in_progress';
+        return { kind: 'conflict', state: state.status === 'done' ? 'done' : live ? 'in_flight' : 'failed' };
+      }
       if (state?.status === 'done') {
         this.metrics.count('replayed', spec.scope, key);
-        return { kind: 'replayed' };
+        if (!check) return { kind: 'replayed' };
+        return {
+          kind: 'replayed',
+          ...(state.response ? { response: state.response as StoredResponse } : {}),
+          ...(conflict ? { conflict: 'done' as const } : {}),
+        };
       }
       // Gone (retention), failed or expired since the claim: claim again. Still live: in flight.
       if ((state?.status === 'in_progress' && state.live) || round >= MAX_CLAIM_ROUNDS) {
@@ -201,7 +225,9 @@ export class LeaseStrategy implements ClaimStrategy, OnModuleDestroy {
         const retryAfterSeconds = live
           ? this.retryAfter.seconds(spec.scope, Number(state.held_ms), Number(state.seconds_left))
           : 1;
-        return { kind: 'in_flight', retryAfterSeconds };
+        return conflict
+          ? { kind: 'in_flight', retryAfterSeconds, conflict: 'in_flight' }
+          : { kind: 'in_flight', retryAfterSeconds };
       }
     }
   }
@@ -219,10 +245,14 @@ export class LeaseStrategy implements ClaimStrategy, OnModuleDestroy {
     token: string,
     attempt: number,
     leaseEnds: number,
+    /** Key checks: the response, written by the completion itself (false: no key checks). */
+    response: StoredResponse | null | false | undefined,
   ): Promise<boolean> {
     try {
-      const parameters = [spec.scope, key, token];
-      const { leaseComplete } = this.database.statements;
+      const parameters: unknown[] = [spec.scope, key, token];
+      const checked = response !== false && response !== undefined;
+      if (checked) parameters.push(response);
+      const { leaseComplete } = checked ? this.database.checkedStatements : this.database.statements;
       if (await this.fenced(leaseComplete, parameters, spec, key, token, 'done', leaseEnds)) return true;
       await this.reportLeaseLost(spec, key, attempt);
     } catch (error) {

@@ -1,5 +1,11 @@
 import { Inject, Injectable, Logger } from '@nestjs/common';
 import { afterCommitFailed } from '../core/after-commit.js';
+import {
+  fingerprintsConflict,
+  type ClaimCheck,
+  type ConflictState,
+  type StoredResponse,
+} from '../core/claim-check.js';
 import type { ClaimResult } from '../core/claim-result.js';
 import type { ClaimHandle, ClaimSpec, ClaimStrategy } from '../core/claim-strategy.js';
 import { commitFaultsArmed, takeCommitFault } from '../core/commit-faults.js';
@@ -87,12 +93,17 @@ export class TransactionStrategy implements ClaimStrategy {
     key: string,
     work: (handle: ClaimHandle) => Promise<T>,
     enclosing?: ClaimHandle,
+    check?: ClaimCheck,
   ): Promise<ClaimResult<T>> {
     // A delivery made by the testing helpers has no claim transaction to join: it claims on its own.
+    // A joined claim is an inner one (@Idempotent, run()): it has no key checks.
     if (enclosing instanceof ClaimTransaction) return this.joinEnclosing(enclosing, spec, key, work);
+    // Key checks need the table's fingerprint and response columns (ClaimDatabase.keyChecks).
+    const checked =
+      check !== undefined && spec.checks !== undefined && this.database.keyChecks ? check : undefined;
     const id = `${spec.scope}\u0000${key}`;
-    if (this.waiters.has(id)) return this.afterFirst(id, spec, key, work);
-    return this.claimAndRun(id, spec, key, work);
+    if (this.waiters.has(id)) return this.afterFirst(id, spec, key, work, checked);
+    return this.claimAndRun(id, spec, key, work, checked);
   }
 
   /**
@@ -104,14 +115,20 @@ export class TransactionStrategy implements ClaimStrategy {
     spec: ClaimSpec,
     key: string,
     work: (handle: ClaimHandle) => Promise<T>,
+    check?: ClaimCheck,
   ): Promise<ClaimResult<T>> {
+    // Key checks: a duplicate of another fingerprint than the running delivery's is refused now.
+    if (check?.refuse && fingerprintsConflict(check.fingerprint, this.waiters.fingerprintOf(id))) {
+      return { kind: 'conflict', state: 'in_flight' };
+    }
     const deadline = performance.now() + this.config.concurrentDuplicateWaitMs;
     while (this.waiters.has(id)) {
-      const outcome = await this.waiters.wait(id, deadline - performance.now());
+      const { outcome, committed } = await this.waiters.waitFor(id, deadline - performance.now());
       if (outcome === 'timeout') return this.inFlight(spec, key, this.waiters.heldMs(id));
-      if (outcome === 'committed') return this.replayed(spec, key);
+      // Key checks: the first handed over its fingerprint and response; no round trip either way.
+      if (outcome === 'committed') return this.replayed(spec, key, committed, check);
     }
-    return this.claimAndRun(id, spec, key, work);
+    return this.claimAndRun(id, spec, key, work, check);
   }
 
   /**
@@ -126,26 +143,32 @@ export class TransactionStrategy implements ClaimStrategy {
     spec: ClaimSpec,
     key: string,
     work: (handle: ClaimHandle) => Promise<T>,
+    check?: ClaimCheck,
   ): Promise<ClaimResult<T>> {
     // Registered before the first await, so a duplicate arriving meanwhile finds it.
-    this.waiters.begin(id);
-    const values: ClaimValues = [spec.scope, key, spec.source, this.lockTimeout];
+    this.waiters.begin(id, check?.fingerprint);
+    // Key checks: the checked statements, which take the fingerprint last.
+    const values: ClaimValues = check
+      ? [spec.scope, key, spec.source, this.lockTimeout, check.fingerprint]
+      : [spec.scope, key, spec.source, this.lockTimeout];
     let done: ClaimTransaction | undefined;
     let value: T | undefined;
+    // Key checks: a failed claim of another fingerprint, taken over ('warn'), is reported.
+    let conflict: ConflictState | undefined;
     try {
       // A retry re-runs claim and handler in a fresh transaction: replaying recorded SQL is not enough.
       for (let attempt = 1; ; attempt++) {
         const retriesLeft = attempt < MAX_TRANSACTION_TRIES;
         const transaction = new ClaimTransaction(
           this.database.dataSource.createQueryRunner(),
-          this.transactionOptions(),
+          this.transactionOptions(check !== undefined),
         );
         try {
           // 1. Begin and claim.
           const started = performance.now();
           let found: ClaimFound;
           try {
-            found = await transaction.beginAndClaim(values);
+            found = await transaction.beginAndClaim(values, check);
           } catch (error) {
             await transaction.rollbackQuietly();
             // Another delivery (at another replica) held the claim past concurrentDuplicateWaitMs.
@@ -161,9 +184,10 @@ export class TransactionStrategy implements ClaimStrategy {
             } catch (error) {
               throw this.unavailable(spec, key, error, claimFailedLog);
             }
-            if (found.kind === 'done') return this.replayed(spec, key);
+            if (found.kind === 'done') return this.replayed(spec, key, found, check);
+            if (found.kind === 'conflict') return { kind: 'conflict', state: found.state };
             // A live lease of the other mode on the same scope: its work is unfinished.
-            return this.inFlight(spec, key, found.heldMs, found.secondsLeft);
+            return this.inFlight(spec, key, found.heldMs, found.secondsLeft, found.conflict);
           }
 
           // 2. The work, in the claim's transaction.
@@ -190,7 +214,7 @@ export class TransactionStrategy implements ClaimStrategy {
               );
               throw error;
             }
-            await this.failed(transaction, spec, key, error);
+            await this.failed(transaction, spec, key, error, check);
             throw error;
           }
           this.warnIfSlow(spec.scope, performance.now() - started);
@@ -201,6 +225,7 @@ export class TransactionStrategy implements ClaimStrategy {
             case 'committed':
               this.retryAfter.record(spec.scope, performance.now() - started);
               this.metrics.count(found.reclaimed ? 'reclaimed' : 'claimed', spec.scope, key);
+              conflict = found.conflict;
               done = transaction;
               break;
             case 'retry':
@@ -209,13 +234,13 @@ export class TransactionStrategy implements ClaimStrategy {
             case 'rolled_back': {
               this.logger.error(transactionAbortedLog(spec.scope, key));
               const aborted = new TransactionAbortedError(transactionAborted(key), spec.scope, key);
-              await this.failed(transaction, spec, key, aborted);
+              await this.failed(transaction, spec, key, aborted, check);
               throw aborted;
             }
             case 'refused':
               // The handler's data was refused at COMMIT (a deferred constraint, say): its
               // failure, as if it had thrown, not an unavailable database.
-              await this.failed(transaction, spec, key, committed.error);
+              await this.failed(transaction, spec, key, committed.error, check);
               throw committed.error;
             case 'unknown':
               // The COMMIT was sent and its answer lost: it may have committed. The redelivery
@@ -228,13 +253,18 @@ export class TransactionStrategy implements ClaimStrategy {
         }
       }
     } finally {
-      this.waiters.end(id, done ? 'committed' : 'not_committed');
+      // Key checks: what this delivery stored, for the duplicates waiting on it.
+      const committed =
+        done && check ? { fingerprint: check.fingerprint, response: done.recordedResponse } : undefined;
+      this.waiters.end(id, done ? 'committed' : 'not_committed', committed);
     }
     // 4. After the connection went back to the pool: the callbacks are not part of the transaction.
     if (done.hasAfterCommit) {
       await done.runAfterCommit((error) => this.logger.error(afterCommitFailed(spec.scope, key, error)));
     }
-    return { kind: 'processed', value: value as T };
+    return conflict
+      ? { kind: 'processed', value: value as T, conflict }
+      : { kind: 'processed', value: value as T };
   }
 
   /**
@@ -254,7 +284,11 @@ export class TransactionStrategy implements ClaimStrategy {
     const started = performance.now();
     let found: ClaimFound;
     try {
-      found = await transaction.claimAt(savepoint, [spec.scope, key, spec.source, this.lockTimeout]);
+      // The enclosing transaction's statements: the checked claim takes a (null) fingerprint too.
+      const values: ClaimValues = transaction.checked
+        ? [spec.scope, key, spec.source, this.lockTimeout, null]
+        : [spec.scope, key, spec.source, this.lockTimeout];
+      found = await transaction.claimAt(savepoint, values);
     } catch (error) {
       await transaction.rollbackTo(savepoint).catch(() => undefined);
       if (errorCode(error) === LOCK_NOT_AVAILABLE) {
@@ -271,6 +305,7 @@ export class TransactionStrategy implements ClaimStrategy {
         throw this.unavailable(spec, key, error, claimFailedLog);
       }
       if (found.kind === 'done') return this.replayed(spec, key);
+      if (found.kind === 'conflict') return { kind: 'conflict', state: found.state };
       return this.inFlight(spec, key, found.heldMs, found.secondsLeft);
     }
     let value: T;
@@ -290,9 +325,25 @@ export class TransactionStrategy implements ClaimStrategy {
     return { kind: 'processed', value };
   }
 
-  private replayed(spec: ClaimSpec, key: string): ClaimResult<never> {
+  /**
+   * Replayed. With key checks, with the claim's stored response, and refused instead when its
+   * fingerprint is another delivery's and conflicts are refused.
+   */
+  private replayed(
+    spec: ClaimSpec,
+    key: string,
+    found?: { readonly fingerprint?: string | null; readonly response?: unknown },
+    check?: ClaimCheck,
+  ): ClaimResult<never> {
+    const conflict = check !== undefined && fingerprintsConflict(check.fingerprint, found?.fingerprint);
+    if (conflict && check.refuse) return { kind: 'conflict', state: 'done' };
     this.metrics.count('replayed', spec.scope, key);
-    return REPLAYED;
+    if (!check) return REPLAYED;
+    return {
+      kind: 'replayed',
+      ...(found?.response ? { response: found.response as StoredResponse } : {}),
+      ...(conflict ? { conflict: 'done' as const } : {}),
+    };
   }
 
   /**
@@ -305,9 +356,13 @@ export class TransactionStrategy implements ClaimStrategy {
     key: string,
     heldMs: number,
     secondsLeft: number = this.config.retryAfterSeconds,
+    conflict?: ConflictState,
   ): ClaimResult<never> {
     this.metrics.count('in_flight', spec.scope, key);
-    return { kind: 'in_flight', retryAfterSeconds: this.retryAfter.seconds(spec.scope, heldMs, secondsLeft) };
+    const retryAfterSeconds = this.retryAfter.seconds(spec.scope, heldMs, secondsLeft);
+    return conflict
+      ? { kind: 'in_flight', retryAfterSeconds, conflict }
+      : { kind: 'in_flight', retryAfterSeconds };
   }
 
   private unavailable(
@@ -327,10 +382,10 @@ export class TransactionStrategy implements ClaimStrategy {
   }
 
   /** Read per delivery: the DataSource may be initialized (subscribers built) after this is constructed. */
-  private transactionOptions(): ClaimTransactionOptions {
-    const { dataSource, statements, prepared } = this.database;
+  private transactionOptions(checked: boolean): ClaimTransactionOptions {
+    const { dataSource, statements, checkedStatements, prepared } = this.database;
     return {
-      statements,
+      statements: checked ? checkedStatements : statements,
       prepared,
       // TypeORM 1.x's default level for every transaction; 0.3 has no such option (undefined).
       isolationLevel: (dataSource.options as { readonly isolationLevel?: string }).isolationLevel,
@@ -349,19 +404,18 @@ export class TransactionStrategy implements ClaimStrategy {
     spec: ClaimSpec,
     key: string,
     error: unknown,
+    check?: ClaimCheck,
   ): Promise<void> {
     this.metrics.count('failed', spec.scope, key);
     // A handler that answers its input 4xx has refused it on purpose: that writes nothing.
     if (isRefusal(error)) return;
     const message = errorMessage(error).slice(0, DEFAULTS.maxErrorLength);
+    const values: unknown[] = [spec.scope, key, spec.source, message, this.lockTimeout];
+    // Key checks: the failure keeps the delivery's fingerprint (the checked statement's sixth value).
+    const statements = check ? this.database.checkedStatements : this.database.statements;
+    if (check) values.push(check.fingerprint);
     try {
-      await transaction.afterwards(this.database.statements.transactionFailure, [
-        spec.scope,
-        key,
-        spec.source,
-        message,
-        this.lockTimeout,
-      ]);
+      await transaction.afterwards(statements.transactionFailure, values);
     } catch (recordError) {
       // A duplicate holding the claim (lock_timeout) is already retrying the event: nothing to add.
       if (errorCode(recordError) !== LOCK_NOT_AVAILABLE) {

@@ -1,5 +1,7 @@
 import type { ExecutionContext } from '@nestjs/common';
+import type { StoredResponse } from '../core/claim-check.js';
 import type { ClaimResult } from '../core/claim-result.js';
+import type { IdempotentWebhookMetadata } from './idempotent-webhook.decorator.js';
 
 /**
  * What `failure()` returns to end a delivery as handled instead of failed: for a delivery that
@@ -8,8 +10,8 @@ import type { ClaimResult } from '../core/claim-result.js';
  */
 export const ACKNOWLEDGE = Symbol('idempotency:acknowledge');
 
-/** A claim that settled: the handler ran now, or had run before. */
-export type SettledResult = Exclude<ClaimResult<unknown>, { kind: 'in_flight' }>;
+/** A claim that settled: the handler ran now, or had run before (with its stored response, if any). */
+export type SettledResult = Exclude<ClaimResult<unknown>, { kind: 'in_flight' } | { kind: 'conflict' }>;
 
 /**
  * What the interceptor needs to know about one kind of execution context (`http`, `rpc`): where
@@ -20,11 +22,22 @@ export interface DeliveryTransport {
   /** The key extractor's arguments: `(body, request)` over HTTP, `(data, context)` over RPC. */
   keyArguments(context: ExecutionContext): readonly unknown[];
   /** What the caller receives for a processed or replayed delivery. */
-  answer(result: SettledResult, context: ExecutionContext): unknown;
+  answer(result: SettledResult, context: ExecutionContext, meta?: IdempotentWebhookMetadata): unknown;
   /**
    * What the caller receives for an error: the library's own errors (idempotency.errors.ts,
    * an in-flight duplicate among them) mapped to the transport's; a handler's errors unchanged;
    * or ACKNOWLEDGE.
    */
-  failure(error: unknown, context: ExecutionContext): unknown;
+  failure(error: unknown, context: ExecutionContext, meta?: IdempotentWebhookMetadata): unknown;
+  /**
+   * Key checks: what to store of the handler's answer for its replays (a request-mode route's
+   * status, headers and body; a `@MessagePattern`'s reply), or undefined for nothing. Called in
+   * the claim, after the handler returned and before the COMMIT: throwing fails the delivery.
+   */
+  capture?(
+    value: unknown,
+    context: ExecutionContext,
+    meta: IdempotentWebhookMetadata,
+    key: string,
+  ): StoredResponse | undefined;
 }

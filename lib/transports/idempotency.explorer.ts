@@ -1,8 +1,11 @@
-import { Injectable, type OnModuleInit } from '@nestjs/common';
+import { Injectable, StreamableFile, type OnModuleInit } from '@nestjs/common';
+import { Readable } from 'node:stream';
+import { Observable } from 'rxjs';
 import { DiscoveryService, MetadataScanner } from '@nestjs/core';
 import type { InstanceWrapper } from '@nestjs/core/injector/instance-wrapper.js';
 import { IDEMPOTENT_METHOD_METADATA, IDEMPOTENT_WEBHOOK_METADATA } from '../idempotency.constants.js';
 import { unprotectedHandlers } from '../idempotency.messages.js';
+import { ClaimDatabase } from '../postgres/claim-database.js';
 import { webhookTransactionManager } from './webhook-transaction.decorator.js';
 
 export const methodOnFactoryProvider = (where: string, token: string) =>
@@ -33,6 +36,7 @@ const GRAPHQL_RESOLVER = 'graphql:resolver_type'; // @Resolver on the class; @Qu
 const GRAPHQL_RESOLVER_NAME = 'graphql:resolver_name';
 const ROUTE_ARGUMENTS = '__routeArguments__'; // @nestjs/common ROUTE_ARGS_METADATA, on the class
 const RESPONSE_PASSTHROUGH = '__responsePassthrough__'; // @Res({ passthrough: true })
+const SSE = '__sse__'; // @nestjs/common SSE_METADATA, set by @Sse()
 /** RouteParamtypes.RESPONSE (`@Res()`) and NEXT (`@Next()`): route argument keys `1:<index>`, `2:<index>`. */
 const RESPONSE_ARGUMENT = /^[12]:\d+$/;
 
@@ -42,6 +46,16 @@ const responseOwnedByHandler = (where: string) =>
   `claim's COMMIT (a failed COMMIT would lose the event after its 200), a retried transaction ` +
   `would send it twice, and a replay (the handler not called) would send none. Return the answer ` +
   `instead, or use @Res({ passthrough: true }) to set headers and status.`;
+
+/** A request-mode route that streams: there is no one body to store and replay. */
+const requestStreams = (where: string, what: string) =>
+  `@IdempotentRequest on ${where}: it ${what}, and a request-mode route stores its response for ` +
+  `its retries, which a stream cannot be. Return a JSON body (a Location to stream the rest from).`;
+
+/** Request mode on a message handler. */
+const requestOffHttp = (where: string) =>
+  `@IdempotentRequest on ${where}: a message handler; the Idempotency-Key header is HTTP's. Use ` +
+  `@IdempotentWebhook, which stores a @MessagePattern's reply for its replays.`;
 
 /** `@WebhookTransaction()` on an external-mode handler. */
 const transactionInExternalMode = (where: string) =>
@@ -60,16 +74,21 @@ export class IdempotencyExplorer implements OnModuleInit {
   constructor(
     private readonly discovery: DiscoveryService,
     private readonly scanner: MetadataScanner,
+    private readonly database: ClaimDatabase,
   ) {}
 
-  onModuleInit(): void {
+  async onModuleInit(): Promise<void> {
     const problems: string[] = [];
-    for (const wrapper of this.discovery.getControllers()) this.check(wrapper, true, problems);
-    for (const wrapper of this.discovery.getProviders()) this.check(wrapper, false, problems);
+    const storing: string[] = [];
+    for (const wrapper of this.discovery.getControllers()) this.check(wrapper, true, problems, storing);
+    for (const wrapper of this.discovery.getProviders()) this.check(wrapper, false, problems, storing);
     if (problems.length > 0) throw new Error(unprotectedHandlers(problems));
+    // Request-mode routes need the table's stored-response columns (a boot failure naming the
+    // migration); other handlers go without their key checks (ClaimDatabase warns).
+    await this.database.requireStoredColumns(storing);
   }
 
-  private check(wrapper: InstanceWrapper, controller: boolean, problems: string[]): void {
+  private check(wrapper: InstanceWrapper, controller: boolean, problems: string[], storing: string[]): void {
     const type = classOf(wrapper);
     const prototype = type?.prototype as Record<string, unknown> | undefined;
     if (!type || !prototype) return;
@@ -83,7 +102,11 @@ export class IdempotencyExplorer implements OnModuleInit {
       const plain = Reflect.hasMetadata(IDEMPOTENT_METHOD_METADATA, method);
       if (!webhook && !plain) continue;
       const where = `${type.name}.${name}`;
-      const decorator = webhook ? '@IdempotentWebhook' : '@Idempotent';
+      const request = webhook
+        ? (Reflect.getMetadata(IDEMPOTENT_WEBHOOK_METADATA, method) as { request?: object }).request !==
+          undefined
+        : false;
+      const decorator = request ? '@IdempotentRequest' : webhook ? '@IdempotentWebhook' : '@Idempotent';
       if (gateway || Reflect.hasMetadata(GATEWAY_MESSAGE, method)) {
         problems.push(gatewayUnsupported(decorator, where));
       } else if (resolver || Reflect.hasMetadata(GRAPHQL_RESOLVER, method)) {
@@ -97,6 +120,10 @@ export class IdempotencyExplorer implements OnModuleInit {
           problems.push(webhookOffHandler(where));
         } else if (webhook) {
           problems.push(...handlerArgumentProblems(type, name, method, where));
+          if (request) {
+            storing.push(where);
+            problems.push(...requestModeProblems(type, name, method, where));
+          }
         } else if (plain && handler) {
           problems.push(methodOnHandler(where));
         } else if (plain && !controller && (!wrapper.metatype || wrapper.inject)) {
@@ -127,6 +154,28 @@ function handlerArgumentProblems(type: object, name: string, method: object, whe
   const wantsTransaction = Object.values(args).some((arg) => arg?.factory === webhookTransactionManager);
   if (meta?.mode === 'external' && wantsTransaction) problems.push(transactionInExternalMode(where));
   return problems;
+}
+
+/**
+ * What a request-mode route gets wrong: it is a message handler, or it streams (`@Sse()`, or a
+ * declared return type of StreamableFile, a stream or an Observable, read from the
+ * `design:returntype` TypeScript emits; an async method's is Promise, and what it resolves to is
+ * refused when it is returned).
+ */
+function requestModeProblems(type: object, name: string, method: object, where: string): string[] {
+  if (Reflect.hasMetadata(MESSAGE_PATTERN, method)) return [requestOffHttp(where)];
+  if (Reflect.getMetadata(SSE, method)) return [requestStreams(where, 'is an @Sse() route')];
+  // TypeScript records it on the prototype, where the method is.
+  const prototype = (type as { prototype: object }).prototype;
+  const returned = Reflect.getMetadata('design:returntype', prototype, name) as unknown;
+  const streams =
+    typeof returned === 'function' &&
+    (returned === StreamableFile ||
+      returned === Observable ||
+      returned === Readable ||
+      returned.prototype instanceof Readable ||
+      returned.prototype instanceof StreamableFile);
+  return streams ? [requestStreams(where, `returns ${(returned as { name: string }).name}`)] : [];
 }
 
 /** The class behind a wrapper; useValue and useFactory providers have only their instance's. */

@@ -7,24 +7,48 @@ import {
 } from '@nestjs/common';
 import { Reflector } from '@nestjs/core';
 import { lastValueFrom, Observable } from 'rxjs';
+import type { ClaimCheck } from '../core/claim-check.js';
 import { extractIdempotencyKey } from '../core/idempotency-key.js';
 import { ClaimRunner } from '../core/claim-runner.js';
 import { IDEMPOTENCY_CONFIG, IDEMPOTENT_WEBHOOK_METADATA } from '../idempotency.constants.js';
-import { EventInFlightError } from '../idempotency.errors.js';
+import { EventInFlightError, IdempotencyKeyReusedError } from '../idempotency.errors.js';
 import { duplicateInFlight } from '../idempotency.messages.js';
 import type { IdempotencyConfig } from '../interfaces/index.js';
 import { ACKNOWLEDGE, type DeliveryTransport } from './delivery-transport.js';
 import { DELIVERY_TRANSPORT_REGISTRY } from './delivery-transports.js';
+import { requestIdempotencyKey } from './http/request-mode.js';
 import type { IdempotentWebhookMetadata } from './idempotent-webhook.decorator.js';
+import { KeyFindings } from './key-findings.js';
 
 const unsupportedContext = (scope: string, type: string) =>
   `@IdempotentWebhook on ${scope} cannot protect a '${type}' execution context; the handler was not run`;
 
 /**
- * Applied by `@IdempotentWebhook`: extracts and checks the key, runs the handler through
- * IdempotencyService in the delivery's context, and has the context's transport (HTTP, RPC)
- * answer the outcome. A context no transport serves is refused, never passed through: the
- * explorer already fails the boot for those, and this is the last line.
+ * A delivery's fingerprint, or null when it cannot be made (a function of the app's that throws, a
+ * value that cannot be serialised): the key checks then compare nothing, and the delivery runs as
+ * it would without them, rather than fail for a check.
+ */
+function fingerprintOf(
+  fingerprint: (body: unknown, request: unknown) => string | null,
+  args: readonly unknown[],
+) {
+  try {
+    return fingerprint(args[0], args[1]);
+  } catch {
+    return null;
+  }
+}
+
+/** Answered 422 when a key comes back with another fingerprint than its claim's. */
+export const keyReused = (key: string) =>
+  `This operation is idempotent and its Idempotency-Key ${key} was already used with another request (another method, URL or body): send a new request under a new key`;
+
+/**
+ * Applied by `@IdempotentWebhook` and `@IdempotentRequest`: extracts and checks the key (and the
+ * delivery's fingerprint), runs the handler through the claim in the delivery's context, and has
+ * the context's transport (HTTP, RPC) answer the outcome, storing what it answered where the
+ * transport keeps responses for replays. A context no transport serves is refused, never passed
+ * through: the explorer already fails the boot for those, and this is the last line.
  */
 @Injectable()
 export class IdempotencyInterceptor implements NestInterceptor {
@@ -33,6 +57,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
     private readonly runner: ClaimRunner,
     @Inject(DELIVERY_TRANSPORT_REGISTRY) private readonly transports: ReadonlyMap<string, DeliveryTransport>,
     @Inject(IDEMPOTENCY_CONFIG) private readonly config: IdempotencyConfig,
+    private readonly findings: KeyFindings,
   ) {}
 
   intercept(context: ExecutionContext, next: CallHandler): Observable<unknown> {
@@ -46,40 +71,71 @@ export class IdempotencyInterceptor implements NestInterceptor {
     // A plain Observable over the claim's promise: rxjs' defer() and from() would add promises of
     // their own to every delivery, and each pays AsyncLocalStorage's hooks.
     return new Observable((subscriber) => {
-      let key: string;
+      let key: string | undefined;
+      let check: ClaimCheck | undefined;
       try {
-        key = extractIdempotencyKey(
-          meta.scope,
-          meta.key,
-          transport.keyArguments(context),
-          this.config.maxKeyLength,
-        );
+        const args = transport.keyArguments(context);
+        key = meta.request
+          ? requestIdempotencyKey(meta.scope, meta.request, args[1] as never, this.config.maxKeyLength)
+          : extractIdempotencyKey(meta.scope, meta.key, args, this.config.maxKeyLength);
+        if (key !== undefined && meta.checks) {
+          const fingerprint = meta.fingerprint ? fingerprintOf(meta.fingerprint, args) : null;
+          check = { fingerprint, refuse: meta.checks.conflicts === 'refuse' };
+          // A webhook's key that changes between copies (request keys are the client's own).
+          if (!meta.request) this.findings.observe(meta.scope, key, fingerprint);
+        }
       } catch (error) {
-        const failure = transport.failure(error, context);
+        const failure = transport.failure(error, context, meta);
         if (failure === ACKNOWLEDGE) subscriber.complete();
         else subscriber.error(failure);
         return;
       }
+      // A request-mode route that does not require the header runs without a claim.
+      if (key === undefined) return next.handle().subscribe(subscriber);
+      const claimKey = key;
       // next.handle() is cold: subscribing inside the delivery's context makes it visible to the
       // handler and to every service it awaits.
       this.runner
-        .execute(meta, key, () => lastValueFrom(next.handle(), { defaultValue: undefined }))
+        .execute(
+          meta,
+          claimKey,
+          async (delivery) => {
+            const value = await lastValueFrom(next.handle(), { defaultValue: undefined });
+            // Key checks: what the transport keeps for replays, stored with the claim.
+            const response = check && transport.capture?.(value, context, meta, claimKey);
+            if (response) delivery.recordResponse(response);
+            return value;
+          },
+          check,
+        )
         .then(
           (result) => {
+            if (result.kind === 'conflict') {
+              this.findings.conflict(meta.scope, claimKey, result.state, true);
+              const reused = new IdempotencyKeyReusedError(
+                keyReused(claimKey),
+                meta.scope,
+                claimKey,
+                result.state,
+              );
+              subscriber.error(transport.failure(reused, context, meta));
+              return;
+            }
+            if (result.conflict) this.findings.conflict(meta.scope, claimKey, result.conflict, false);
             if (result.kind === 'in_flight') {
               const inFlight = new EventInFlightError(
-                duplicateInFlight(key),
+                duplicateInFlight(claimKey),
                 meta.scope,
-                key,
+                claimKey,
                 result.retryAfterSeconds,
                 this.config.inFlightStatus,
               );
-              subscriber.error(transport.failure(inFlight, context));
+              subscriber.error(transport.failure(inFlight, context, meta));
               return;
             }
             let value: unknown;
             try {
-              value = transport.answer(result, context);
+              value = transport.answer(result, context, meta);
             } catch (error) {
               subscriber.error(error);
               return;
@@ -87,7 +143,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
             subscriber.next(value);
             subscriber.complete();
           },
-          (error: unknown) => subscriber.error(transport.failure(error, context)),
+          (error: unknown) => subscriber.error(transport.failure(error, context, meta)),
         );
     });
   }

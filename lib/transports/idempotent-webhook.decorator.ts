@@ -1,21 +1,41 @@
 import { applyDecorators, HttpCode, SetMetadata, UseGuards, UseInterceptors } from '@nestjs/common';
 import { resolveClaimSpec } from '../core/claim-options.js';
 import type { ClaimSpec } from '../core/claim-strategy.js';
+import { FINGERPRINT_PRESETS, webhookFingerprint, type FingerprintOf } from '../keys/webhook-fingerprints.js';
 import { SIGNATURE_GUARDS, signatureGuardNamed } from '../guards/signature-guards.js';
 import { IDEMPOTENT_WEBHOOK_METADATA } from '../idempotency.constants.js';
 import { missingKeyFunction } from '../idempotency.messages.js';
 import type { IdempotencyKeyExtractor, IdempotentWebhookOptions } from '../interfaces/index.js';
+import type { RequestMode } from './http/request-mode.js';
 import { IdempotencyInterceptor } from './idempotency.interceptor.js';
 
 const unknownSignatureName = (value: unknown, known: readonly string[]) =>
   `@IdempotentWebhook option signature must be one of ${known.map((name) => `'${name}'`).join(', ')}, got ${typeof value === 'string' ? `'${value}'` : String(value)}`;
 
-/** `@IdempotentWebhook`'s options beside the claim's. */
-const WEBHOOK_OPTIONS = ['key', 'signature'] as const satisfies readonly (keyof IdempotentWebhookOptions)[];
+const unknownFingerprint = (value: unknown) =>
+  `@IdempotentWebhook option fingerprint must be one of ${FINGERPRINT_PRESETS.map((name) => `'${name}'`).join(', ')}, a function or false, got ${typeof value === 'string' ? `'${value}'` : String(value)}`;
 
-/** What the decorator stores: the claim spec, resolved once, and the key extractor. */
+const unknownConflictAnswer = (value: unknown) =>
+  `@IdempotentWebhook option onKeyConflict must be 'replay' or 'refuse', got ${String(value)}`;
+
+/** `@IdempotentWebhook`'s options beside the claim's. */
+const WEBHOOK_OPTIONS = [
+  'key',
+  'signature',
+  'fingerprint',
+  'onKeyConflict',
+] as const satisfies readonly (keyof IdempotentWebhookOptions)[];
+
+/**
+ * What the decorator stores: the claim spec, resolved once, and the key extractor. `@IdempotentRequest`
+ * stores the same, with `request`.
+ */
 export interface IdempotentWebhookMetadata extends ClaimSpec {
   key: IdempotencyKeyExtractor;
+  /** Key checks: the delivery's fingerprint of `(body, request)`; undefined: none is stored. */
+  fingerprint?: FingerprintOf;
+  /** Request mode (`@IdempotentRequest`): the key from the header, responses stored and replayed. */
+  request?: RequestMode;
 }
 
 /**
@@ -52,6 +72,12 @@ export function IdempotentWebhook(options: IdempotentWebhookOptions): MethodDeco
       ),
     );
   }
+  const fingerprint = webhookFingerprint(options.fingerprint, options.signature, key);
+  if (fingerprint === undefined) throw new TypeError(unknownFingerprint(options.fingerprint));
+  const { onKeyConflict = 'replay' } = options;
+  if (onKeyConflict !== 'replay' && onKeyConflict !== 'refuse') {
+    throw new TypeError(unknownConflictAnswer(onKeyConflict));
+  }
   return (target, propertyKey, descriptor) => {
     const spec = resolveClaimSpec(
       '@IdempotentWebhook',
@@ -59,7 +85,14 @@ export function IdempotentWebhook(options: IdempotentWebhookOptions): MethodDeco
       `${target.constructor.name}.${String(propertyKey)}`,
       WEBHOOK_OPTIONS,
     );
-    const metadata: IdempotentWebhookMetadata = { ...spec, key };
+    // Key checks on every webhook: fingerprints stored with the claims, conflicts answered as
+    // onKeyConflict says, and a @MessagePattern's reply stored for its replays.
+    const metadata: IdempotentWebhookMetadata = {
+      ...spec,
+      checks: { conflicts: onKeyConflict === 'refuse' ? 'refuse' : 'warn' },
+      key,
+      ...(fingerprint ? { fingerprint } : {}),
+    };
     applyDecorators(
       SetMetadata(IDEMPOTENT_WEBHOOK_METADATA, metadata),
       UseInterceptors(IdempotencyInterceptor),

@@ -90,8 +90,12 @@ describe.each(onAdapter('fastify'))('idempotency metrics (%s)', (adapter) => {
     expect(report.skipped).toBe(false);
     expect(report.expiredCount).toBe(1);
 
-    // Every delivery outcome; the operator's (released, forgotten) are counted in operator.e2e-spec.ts.
-    const expected: Omit<Record<ClaimOutcome, number>, 'released' | 'forgotten'> = {
+    // Every delivery outcome; the operator's (released, forgotten) are counted in operator.e2e-spec.ts,
+    // the key checks' (key_conflict, key_unstable) in idempotency-key-checks.e2e-spec.ts.
+    const expected: Omit<
+      Record<ClaimOutcome, number>,
+      'released' | 'forgotten' | 'key_conflict' | 'key_unstable'
+    > = {
       claimed: 4,
       replayed: 1,
       in_flight: 1,

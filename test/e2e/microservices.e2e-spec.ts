@@ -39,11 +39,10 @@ const RETRY_AFTER_SECONDS = 30;
 
 /**
  * What a `send()` caller observes for a replayed message: the handler did not run and the
- * interceptor answers `undefined`, which the server sends as one disposed packet without a
- * response, so the caller's observable completes without emitting. `lastValueFrom(reply,
- * { defaultValue })` resolves to the default; without one it rejects with rxjs' EmptyError.
+ * interceptor answers the reply the first delivery stored with its claim (key checks), so a
+ * retrying caller gets the same value as the first.
  */
-const REPLAYED: Observed = { values: [] };
+const replayedReply = (value: unknown): Observed => ({ values: [value] });
 
 /** The RpcException error of the library, as a `send()` caller receives it. */
 const rpcError = (
@@ -144,19 +143,21 @@ describe.each(TRANSPORTS)('@IdempotentWebhook on microservice handlers (%s)', (t
       expect(await claimStatus(id)).toEqual(['done']);
     });
 
-    it("answers a message's first send with the handler's value and a duplicate with no value, without running it", async () => {
+    it("answers a message's first send with the handler's value and a duplicate with the stored reply, without running it", async () => {
       const id = `evt_send_twice_${transport}`;
 
       expect(await send(order, { id, amount: 3 })).toEqual({ values: [{ processed: id, amount: 3 }] });
-      expect(await send(order, { id, amount: 3 })).toEqual(REPLAYED);
-      // What a caller writes to tell the two apart.
-      const replayed = Symbol('replayed');
-      expect(
-        await lastValueFrom(running.client.send(order, { id, amount: 3 }), { defaultValue: replayed }),
-      ).toBe(replayed);
-      await expect(lastValueFrom(running.client.send(order, { id, amount: 3 }))).rejects.toMatchObject({
-        name: 'EmptyError',
+      expect(await send(order, { id, amount: 3 })).toEqual(replayedReply({ processed: id, amount: 3 }));
+      expect(await lastValueFrom(running.client.send(order, { id, amount: 3 }))).toEqual({
+        processed: id,
+        amount: 3,
       });
+      expect(await send(order, { id, amount: 3 })).toEqual(replayedReply({ processed: id, amount: 3 }));
+      // The reply is stored with the claim, by its COMMIT.
+      const { rows } = await db.pool.query('SELECT response FROM processed_events WHERE event_key = $1', [
+        id,
+      ]);
+      expect(rows).toEqual([{ response: { body: { processed: id, amount: 3 } } }]);
 
       expect(fixture.callsFor('message', id)).toBe(1);
       expect(outcomesOf(id)).toEqual(['claimed', 'replayed', 'replayed', 'replayed']);
@@ -164,13 +165,13 @@ describe.each(TRANSPORTS)('@IdempotentWebhook on microservice handlers (%s)', (t
       expect(await claims(id)).toBe(1);
     });
 
-    it('gives 20 concurrent duplicates exactly one effect: one value, the rest replayed or in flight', async () => {
+    it('gives 20 concurrent duplicates exactly one effect: one value, the rest replayed (the same value) or in flight', async () => {
       const id = `evt_storm_${transport}`;
       const answers = await Promise.all(Array.from({ length: 20 }, () => send(order, { id })));
 
       const kinds = answers.map((answer) => {
         if ('values' in answer) {
-          if (answer.values.length === 0) return 'replayed';
+          // The first delivery's value, or its replay: the same stored reply.
           expect(answer.values).toEqual([{ processed: id, amount: 1 }]);
           return 'value';
         }
@@ -188,11 +189,10 @@ describe.each(TRANSPORTS)('@IdempotentWebhook on microservice handlers (%s)', (t
         return 'in_flight';
       });
       const count = (kind: string) => kinds.filter((each) => each === kind).length;
-      expect(count('value')).toBe(1);
-      expect(count('replayed') + count('in_flight')).toBe(19);
+      expect(count('value') + count('in_flight')).toBe(20);
       // Every answer is the library's own outcome for that delivery, counted once.
       expect(outcomesOf(id).filter((outcome) => outcome === 'claimed')).toHaveLength(1);
-      expect(outcomesOf(id).filter((outcome) => outcome === 'replayed')).toHaveLength(count('replayed'));
+      expect(outcomesOf(id).filter((outcome) => outcome === 'replayed')).toHaveLength(count('value') - 1);
       expect(outcomesOf(id).filter((outcome) => outcome === 'in_flight')).toHaveLength(count('in_flight'));
       expect(outcomesOf(id)).toHaveLength(20);
 
@@ -227,7 +227,7 @@ describe.each(TRANSPORTS)('@IdempotentWebhook on microservice handlers (%s)', (t
 
       gates.open(id);
       expect(await parked).toEqual({ values: [{ processed: id, amount: 1 }] });
-      expect(await send(order, { id })).toEqual(REPLAYED);
+      expect(await send(order, { id })).toEqual(replayedReply({ processed: id, amount: 1 }));
       expect(fixture.callsFor('message', id)).toBe(1);
       expect(outcomesOf(id)).toEqual(['in_flight', 'claimed', 'replayed']);
       expect(await orders(id)).toBe(1);
@@ -265,7 +265,8 @@ describe.each(TRANSPORTS)('@IdempotentWebhook on microservice handlers (%s)', (t
       gates.open(id);
       expect(await parked).toEqual({ values: [{ captured: id, attempt: 1 }] });
       expect(await claimStatus(id)).toEqual(['done']);
-      expect(await send(external, { id })).toEqual(REPLAYED);
+      // The fenced completion stored the reply.
+      expect(await send(external, { id })).toEqual(replayedReply({ captured: id, attempt: 1 }));
       expect(fixture.callsFor('external', id)).toBe(1);
       expect(outcomesOf(id)).toEqual(['claimed', 'in_flight', 'replayed']);
       expect(await downstream()).toBe(1);
@@ -335,7 +336,7 @@ describe.each(TRANSPORTS)('@IdempotentWebhook on microservice handlers (%s)', (t
 
       // The same payload again, as a sender that retries sends it.
       expect(await send(order, { id })).toEqual({ values: [{ processed: id, amount: 1 }] });
-      expect(await send(order, { id })).toEqual(REPLAYED);
+      expect(await send(order, { id })).toEqual(replayedReply({ processed: id, amount: 1 }));
       expect(fixture.callsFor('message', id)).toBe(2);
       expect(outcomesOf(id)).toEqual(['failed', 'reclaimed', 'replayed']);
       expect(await orders(id)).toBe(1);
@@ -411,7 +412,9 @@ describe.each(TRANSPORTS)('@IdempotentWebhook on microservice handlers (%s)', (t
       expect(await observe(survivor.client.send(order, { id, block: false }))).toEqual({
         values: [{ processed: id, amount: 1 }],
       });
-      expect(await observe(survivor.client.send(order, { id }))).toEqual(REPLAYED);
+      expect(await observe(survivor.client.send(order, { id }))).toEqual(
+        replayedReply({ processed: id, amount: 1 }),
+      );
       expect(await orders()).toBe(1);
       expect(await claims()).toBe(1);
       expect(
@@ -543,9 +546,9 @@ describe('Redis fan-out to two replicas', () => {
     const answer = await observe(replicas[0].client.send(order, { id }));
     await waitUntil(() => outcomesOf(id).length === 2, `both replicas' outcomes of ${id}`);
     expect(outcomesOf(id)).toEqual(['claimed', 'replayed']);
-    // Both replicas reply; the client keeps the first and drops the other. The replica that
-    // processed it usually answers first, but a caller must treat "no value" as "done" too.
-    expect([{ values: [{ processed: id, amount: 1 }] }, REPLAYED]).toContainEqual(answer);
+    // Both replicas reply; the client keeps the first and drops the other. Either is the same
+    // value: the replica that replays answers the reply the other stored.
+    expect(answer).toEqual({ values: [{ processed: id, amount: 1 }] });
     expect(calls('message', id)).toBe(1);
     expect(await orders(id)).toBe(1);
   });

@@ -469,9 +469,9 @@ describe('testing helpers', () => {
       expect(await ledger(crashed)).toBe(1);
     });
 
-    it('a microservice message: a crash rejects with the RPC code IDEMPOTENCY_UNAVAILABLE, judged "retry"; a replay answers nothing', async () => {
+    it('a microservice message: a crash rejects with the RPC code IDEMPOTENCY_UNAVAILABLE, judged "retry"; a replay answers the stored reply', async () => {
       const send = (pattern: string, id: string) => () =>
-        // A replayed message answers nothing: the default keeps lastValueFrom from rejecting.
+        // The default keeps lastValueFrom from rejecting on a message that answers nothing.
         lastValueFrom(microservice.client.send(pattern, { id }), { defaultValue: undefined });
       const id = 'evt_helpers_rpc';
       await expectOneEffect({ deliver: send(MICROSERVICE_PATTERNS.order, id), effect: () => orders(id) });

@@ -213,7 +213,8 @@ describe.each(onAdapter('express'))('the statements on the wire (%s)', (adapter)
           await client.query({
             name: CLAIM_SQL.leaseClaim.name,
             text: CLAIM_SQL.leaseClaim.text,
-            values: ['Warm.scope', warmKey, 'warm', randomUUID(), 60_000, '5000ms'],
+            // The checked lease claim: fingerprint and whether conflicts are refused last.
+            values: ['Warm.scope', warmKey, 'warm', randomUUID(), 60_000, '5000ms', null, false],
           });
           await client.query('DEALLOCATE ALL');
         }

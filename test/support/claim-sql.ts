@@ -1,19 +1,26 @@
 import { DEFAULTS } from '../../lib/idempotency.constants.js';
 import { claimTable } from '../../lib/postgres/claim-table.js';
+import { checkedClaimStatements } from '../../lib/postgres/checked-claim.sql.js';
 import { claimStatements, prepareTransactionClaimSql } from '../../lib/postgres/claim.sql.js';
 import { maintenanceStatements } from '../../lib/postgres/maintenance.sql.js';
 
-/** The statements of the default claims table, for tests that look for them on the wire. */
-export const CLAIM_SQL = claimStatements(claimTable(undefined));
+/**
+ * The statements `@IdempotentWebhook` handlers send on the default claims table (migrated, so
+ * with key checks: checked-claim.sql.ts), for tests that look for them on the wire.
+ */
+export const CLAIM_SQL = checkedClaimStatements(claimTable(undefined));
+
+/** The statements of handlers without key checks (`@Idempotent`, `IdempotencyService.run()`). */
+export const UNCHECKED_CLAIM_SQL = claimStatements(claimTable(undefined));
 
 /** The default table's maintenance statements, for a module with this `retentionBatchSize`. */
 export const maintenanceSql = (retentionBatchSize: number = DEFAULTS.retentionBatchSize) =>
   maintenanceStatements(claimTable(undefined), { retentionBatchSize });
 
 /** The default table's SQL-level PREPARE of the transaction claim. */
-export const PREPARE_TRANSACTION_CLAIM = prepareTransactionClaimSql(CLAIM_SQL);
+export const PREPARE_TRANSACTION_CLAIM = prepareTransactionClaimSql(CLAIM_SQL, 5);
 
 /** The prepared names of the given statements of the default table, sorted as pg_prepared_statements lists them. */
 export function statementNames(...roles: (keyof Omit<typeof CLAIM_SQL, 'table'>)[]): string[] {
-  return roles.map((role) => CLAIM_SQL[role].name).sort();
+  return roles.map((role) => CLAIM_SQL[role]!.name).sort();
 }

@@ -1,6 +1,6 @@
 import 'reflect-metadata';
 import { describe, expect, it } from '@jest/globals';
-import { Idempotent, IdempotentWebhook, IdempotentWorker } from '../../lib/index.js';
+import { Idempotent, IdempotentRequest, IdempotentWebhook, IdempotentWorker } from '../../lib/index.js';
 
 /** Applies a method decorator to a fresh class's `handle`, as TypeScript would. */
 function apply(decorator: (target: object, key: string, descriptor: PropertyDescriptor) => void): void {
@@ -29,6 +29,37 @@ describe('decorator options', () => {
         : apply(Idempotent(loose(options)) as never);
     expect(decorate).toThrow(TypeError);
     expect(decorate).toThrow(`${where} has no option ${wrong}; did you mean ${meant}?`);
+  });
+
+  it.each([
+    [{ requried: false }, 'requried', 'required'],
+    [{ replayHeader: ['Location'] }, 'replayHeader', 'replayHeaders'],
+    [{ fingerprints: false }, 'fingerprints', 'fingerprint'],
+  ] as const)(
+    '@IdempotentRequest refuses %j at decoration, suggesting the option meant',
+    (options, wrong, meant) => {
+      expect(() => apply(IdempotentRequest(loose(options)) as never)).toThrow(
+        `@IdempotentRequest has no option ${wrong}; did you mean ${meant}?`,
+      );
+    },
+  );
+
+  it('checks the key checks options of both decorators when they are evaluated', () => {
+    expect(() => IdempotentWebhook(loose({ key, fingerprint: 'stripes' }))).toThrow(
+      "@IdempotentWebhook option fingerprint must be one of 'stripe', 'github', 'shopify', 'standard-webhooks', 'body', a function or false, got 'stripes'",
+    );
+    expect(() => IdempotentWebhook(loose({ key, onKeyConflict: 'strict' }))).toThrow(
+      "@IdempotentWebhook option onKeyConflict must be 'replay' or 'refuse', got strict",
+    );
+    expect(() => IdempotentRequest(loose({ required: 'yes' }))).toThrow(
+      '@IdempotentRequest required must be a boolean',
+    );
+    expect(() => IdempotentRequest(loose({ maxStoredResponseBytes: 0 }))).toThrow(
+      '@IdempotentRequest maxStoredResponseBytes must be a positive whole number, got 0',
+    );
+    expect(() => IdempotentRequest(loose({ replayHeaders: ['Loca tion'] }))).toThrow(
+      '@IdempotentRequest replayHeaders must be an array of header names',
+    );
   });
 
   it('says only what is wrong when no option is near', () => {

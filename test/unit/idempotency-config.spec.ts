@@ -10,9 +10,31 @@ describe('resolveIdempotencyConfig', () => {
       prometheus: true,
       preparedStatements: 'auto',
       strictTransactions: false,
+      // Jest runs with NODE_ENV=test: the unstable-key detector is on outside production.
+      detectUnstableKeys: true,
       table: 'processed_events',
     });
     expect(resolveIdempotencyConfig({})).toEqual(resolveIdempotencyConfig());
+  });
+
+  it('turns the unstable-key detector off by default in production, and checks the new options', () => {
+    const environment = process.env.NODE_ENV;
+    process.env.NODE_ENV = 'production';
+    try {
+      expect(resolveIdempotencyConfig().detectUnstableKeys).toBe(false);
+      expect(resolveIdempotencyConfig({ detectUnstableKeys: true }).detectUnstableKeys).toBe(true);
+    } finally {
+      process.env.NODE_ENV = environment;
+    }
+    expect(() => resolveIdempotencyConfig({ detectUnstableKeys: 'yes' as never })).toThrow(
+      'IdempotencyModule option detectUnstableKeys must be true or false, got yes',
+    );
+    expect(() => resolveIdempotencyConfig({ maxStoredResponseBytes: 1.5 })).toThrow(
+      'IdempotencyModule option maxStoredResponseBytes must be a whole number',
+    );
+    expect(() => resolveIdempotencyConfig({ unstableKeyWindowMs: 0 })).toThrow(
+      'IdempotencyModule option unstableKeyWindowMs must be a positive number, got 0',
+    );
   });
 
   it('documents the defaults the README promises', () => {

@@ -1,24 +1,41 @@
-import { Injectable, type ExecutionContext } from '@nestjs/common';
+import { Inject, Injectable, Logger, type ExecutionContext } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
-import { REPLAYED_HEADER } from '../../idempotency.constants.js';
-import { EventInFlightError, IdempotencyUnavailableError } from '../../idempotency.errors.js';
+import type { StoredResponse } from '../../core/claim-check.js';
+import { IDEMPOTENCY_CONFIG, REPLAYED_HEADER } from '../../idempotency.constants.js';
+import {
+  EventInFlightError,
+  IdempotencyError,
+  IdempotencyUnavailableError,
+} from '../../idempotency.errors.js';
+import type { IdempotencyConfig } from '../../interfaces/index.js';
 import type { DeliveryTransport, SettledResult } from '../delivery-transport.js';
+import type { IdempotentWebhookMetadata } from '../idempotent-webhook.decorator.js';
+import { captureHttpResponse } from './stored-http-response.js';
+
+/** The media type of RFC 9457 problem details, as the Idempotency-Key draft answers its refusals. */
+const PROBLEM_JSON = 'application/problem+json';
 
 /**
  * Webhooks over HTTP (Express or Fastify, through Nest's adapter).
  *
- * | outcome | answer |
- * |---|---|
- * | processed | the handler's answer (200) |
- * | replayed | 200, `Idempotent-Replayed: true`, handler not called |
- * | in flight | 409 (or `inFlightStatus`), `Retry-After` |
- * | bad key | 400, nothing written |
- * | database unavailable | 503, `Retry-After` |
- * | handler went on after a failed statement | 500, nothing written |
+ * | outcome | webhook answer | request-mode answer (`@IdempotentRequest`) |
+ * |---|---|---|
+ * | processed | the handler's answer (200) | the handler's answer (Nest's status: 201 for POST) |
+ * | replayed | 200, `Idempotent-Replayed: true`, handler not called | the stored status, headers and body, `Idempotent-Replayed: true` |
+ * | in flight | 409 (or `inFlightStatus`), `Retry-After` | the same, problem details |
+ * | key reused (another fingerprint) | 422 with `onKeyConflict: 'refuse'` | 422, problem details |
+ * | bad or missing key | 400, nothing written | 400, problem details |
+ * | database unavailable | 503, `Retry-After` | the same, problem details |
+ * | handler went on after a failed statement | 500, nothing written | the same, problem details |
  */
 @Injectable()
 export class HttpTransport implements DeliveryTransport {
-  constructor(private readonly adapterHost: HttpAdapterHost) {}
+  private readonly logger = new Logger('IdempotencyModule');
+
+  constructor(
+    private readonly adapterHost: HttpAdapterHost,
+    @Inject(IDEMPOTENCY_CONFIG) private readonly config: IdempotencyConfig,
+  ) {}
 
   /** `(body, request)`. Read by index: switchToHttp() builds closures on every call. */
   keyArguments(context: ExecutionContext): readonly unknown[] {
@@ -26,18 +43,59 @@ export class HttpTransport implements DeliveryTransport {
     return [request.body, request];
   }
 
-  answer(result: SettledResult, context: ExecutionContext): unknown {
+  answer(result: SettledResult, context: ExecutionContext, meta?: IdempotentWebhookMetadata): unknown {
     if (result.kind === 'processed') return result.value;
     this.setHeader(context, REPLAYED_HEADER, 'true');
-    return undefined;
+    // A webhook's replay answers nothing: its sender only needs the 2xx.
+    if (!meta?.request) return undefined;
+    return this.replay(context, result.response);
   }
 
-  /** The library's errors are HttpExceptions already: those that ask for a retry say when. */
-  failure(error: unknown, context: ExecutionContext): unknown {
+  /**
+   * The library's errors are HttpExceptions already: those that ask for a retry say when, and on
+   * a request-mode route they are problem details.
+   */
+  failure(error: unknown, context: ExecutionContext, meta?: IdempotentWebhookMetadata): unknown {
     if (error instanceof EventInFlightError || error instanceof IdempotencyUnavailableError) {
       this.setHeader(context, 'Retry-After', String(error.retryAfterSeconds));
     }
+    if (meta?.request && error instanceof IdempotencyError) {
+      this.setHeader(context, 'Content-Type', PROBLEM_JSON);
+      this.setHeader(context, 'Content-Language', 'en');
+      return error.asProblemDetails();
+    }
     return error;
+  }
+
+  /** Request mode: the status, listed headers and body the route answered, for its replays. */
+  capture(
+    value: unknown,
+    context: ExecutionContext,
+    meta: IdempotentWebhookMetadata,
+    key: string,
+  ): StoredResponse | undefined {
+    const mode = meta.request;
+    if (!mode) return undefined;
+    const settings = {
+      scope: meta.scope,
+      key,
+      replayHeaders: mode.replayHeaders,
+      maxBodyBytes: mode.maxStoredResponseBytes ?? this.config.maxStoredResponseBytes,
+      workDone: meta.mode === 'external',
+    };
+    return captureHttpResponse(value, context.getArgByIndex(1), settings, (message) =>
+      this.logger.error(message),
+    );
+  }
+
+  /** Answers a replay as the first request was answered. */
+  private replay(context: ExecutionContext, response: StoredResponse | undefined): unknown {
+    // A claim made before its route stored responses has none: the route's own status, no body.
+    if (!response) return undefined;
+    const reply = context.getArgByIndex(1);
+    if (response.status !== undefined) this.adapterHost.httpAdapter.status(reply, response.status);
+    for (const [name, value] of Object.entries(response.headers ?? {})) this.setHeader(context, name, value);
+    return response.body;
   }
 
   /** Express and Fastify set headers differently; the adapter knows which. */

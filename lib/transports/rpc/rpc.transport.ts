@@ -1,12 +1,18 @@
-import { Injectable, Logger, type ExecutionContext, type OnModuleInit } from '@nestjs/common';
+import { Inject, Injectable, Logger, type ExecutionContext, type OnModuleInit } from '@nestjs/common';
+import type { StoredResponse } from '../../core/claim-check.js';
 import { loadOptionalPeer } from '../../core/optional-peer.js';
+import { IDEMPOTENCY_CONFIG } from '../../idempotency.constants.js';
 import {
   EventInFlightError,
   IdempotencyError,
   IdempotencyUnavailableError,
   InvalidIdempotencyKeyError,
 } from '../../idempotency.errors.js';
+import type { IdempotencyConfig } from '../../interfaces/index.js';
 import { ACKNOWLEDGE, type DeliveryTransport, type SettledResult } from '../delivery-transport.js';
+
+const replyNotStored = (scope: string, reason: string) =>
+  `${scope} replied ${reason}, so its reply is not stored: a replay of the message answers nothing`;
 
 const eventKeyRejected = (reason: string) =>
   `${reason}; the event was acknowledged without running its handler (a redelivery would be refused the same way)`;
@@ -47,6 +53,8 @@ export class RpcTransport implements DeliveryTransport, OnModuleInit {
   private readonly logger = new Logger('IdempotencyModule');
   private rpcException?: RpcExceptionClass;
 
+  constructor(@Inject(IDEMPOTENCY_CONFIG) private readonly config: IdempotencyConfig) {}
+
   /** Loaded at start-up, not on the first message: an rpc context exists only with the package. */
   async onModuleInit(): Promise<void> {
     try {
@@ -63,8 +71,36 @@ export class RpcTransport implements DeliveryTransport, OnModuleInit {
     return [context.getArgByIndex(0), context.getArgByIndex(1)];
   }
 
+  /** A replayed `@MessagePattern` answers the reply its first delivery stored (see capture). */
   answer(result: SettledResult): unknown {
-    return result.kind === 'processed' ? result.value : undefined;
+    return result.kind === 'processed' ? result.value : result.response?.body;
+  }
+
+  /**
+   * A `@MessagePattern`'s reply, stored with its claim, so that a replayed message answers the
+   * caller what the first answered, not nothing. An event handler's value goes nowhere: nothing
+   * is stored for it. A reply that is not JSON, or over `maxStoredResponseBytes`, is not stored.
+   */
+  capture(value: unknown, context: ExecutionContext, meta: { scope: string }): StoredResponse | undefined {
+    if (value === undefined || Reflect.getMetadata(HANDLER_TYPE, context.getHandler()) === EVENT_HANDLER) {
+      return undefined;
+    }
+    let json: string | undefined;
+    try {
+      json = JSON.stringify(value);
+    } catch {
+      json = undefined;
+    }
+    if (json === undefined) {
+      this.logger.warn(replyNotStored(meta.scope, 'a value that is not JSON'));
+      return undefined;
+    }
+    const bytes = Buffer.byteLength(json);
+    if (bytes > this.config.maxStoredResponseBytes) {
+      this.logger.warn(replyNotStored(meta.scope, `${bytes} bytes, more than maxStoredResponseBytes`));
+      return undefined;
+    }
+    return { body: JSON.parse(json) };
   }
 
   failure(error: unknown, context: ExecutionContext): unknown {

@@ -37,7 +37,7 @@ export async function snippets(context: SnippetContext): Promise<void> {
 
   // #region rpc
   await expectOneEffect({
-    // A replayed message answers nothing: without a default, lastValueFrom would reject.
+    // A handler that returns nothing answers nothing (a replay, its stored nothing): default it.
     deliver: () => lastValueFrom(client.send('payments.record', event), { defaultValue: undefined }),
     effect: () => payments(event.id),
   });

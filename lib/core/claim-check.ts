@@ -1,0 +1,56 @@
+/**
+ * What a claim checks beyond its key: the fingerprint of what the delivery carried, against the
+ * one stored with the claim (a key reused for another request, or for another event), and the
+ * response a handler stored for its retries. Transport-neutral: the HTTP and RPC transports make
+ * the fingerprints and responses, the strategies store and compare them.
+ */
+
+/**
+ * What a delivery whose fingerprint differs from its claim's gets. `'refuse'`: nothing runs, it
+ * is answered 422 (`IdempotencyKeyReusedError`), whether the claim is done, failed or in flight.
+ * `'warn'`: it is answered as it would be without the check (replayed when done, run again when
+ * failed, in flight), and the conflict is logged once per handler and counted (`key_conflict`).
+ */
+export type KeyConflictPolicy = 'refuse' | 'warn';
+
+/** A handler's key checks, resolved once per handler (ClaimSpec.checks). */
+export interface ClaimChecks {
+  /** See KeyConflictPolicy. */
+  readonly conflicts: KeyConflictPolicy;
+}
+
+/** One delivery's check, handed to the strategy with its key. */
+export interface ClaimCheck {
+  /** The delivery's fingerprint (hex SHA-256), or null when the handler takes none. */
+  readonly fingerprint: string | null;
+  /** True when a conflicting delivery runs nothing (`'refuse'`). */
+  readonly refuse: boolean;
+}
+
+/**
+ * What a handler answered, stored with its claim and replayed to every retry: over HTTP the
+ * status, the headers the route lists and the body; over RPC the reply (`body`). `omitted` says
+ * why a body is not there when the handler returned one (external mode only: the work happened,
+ * so a body that cannot be stored is left out rather than the completion refused).
+ */
+export interface StoredResponse {
+  /** HTTP status. Absent for an RPC reply. */
+  readonly status?: number;
+  /** The listed headers that were set, by lower-case name. */
+  readonly headers?: Readonly<Record<string, string>>;
+  /** The body as JSON (an object, array, string, number, boolean or null); absent for none. */
+  readonly body?: unknown;
+  /** Why the body was not stored. */
+  readonly omitted?: 'too_large' | 'not_json';
+}
+
+/**
+ * True when a delivery's fingerprint and the claim's differ. A claim made before the check (no
+ * fingerprint stored) or a delivery without one conflicts with nothing: there is nothing to tell.
+ */
+export function fingerprintsConflict(delivery: string | null, stored: string | null | undefined): boolean {
+  return delivery !== null && stored !== null && stored !== undefined && delivery !== stored;
+}
+
+/** The state of the claim a conflicting delivery met. */
+export type ConflictState = 'done' | 'failed' | 'in_flight';

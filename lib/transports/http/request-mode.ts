@@ -1,0 +1,118 @@
+import { parseItem } from 'structured-headers';
+import { checkIdempotencyKey } from '../../core/idempotency-key.js';
+import {
+  IdempotencyOwnerUnknownError,
+  InvalidIdempotencyKeyError,
+  MissingIdempotencyKeyError,
+} from '../../idempotency.errors.js';
+import { describeError } from '../../idempotency.messages.js';
+import { deliveredBytes, sha256Hex } from '../../keys/webhook-fingerprints.js';
+
+/** The request header of the IETF httpapi draft. */
+export const IDEMPOTENCY_KEY_HEADER = 'Idempotency-Key';
+
+const keyMissing = (scope: string) =>
+  `${scope} is idempotent and requires an ${IDEMPOTENCY_KEY_HEADER} header: send one, the same on every retry of this request`;
+
+const keyMalformed = (scope: string, reason: string) =>
+  `${IDEMPOTENCY_KEY_HEADER} of ${scope} must be a quoted string, as the IETF draft writes it (${IDEMPOTENCY_KEY_HEADER}: "8e03978e-40d5-43e8-bc93-6894a57f9324"): ${reason}`;
+
+const ownerUnknown = (scope: string, got: string) =>
+  `${scope} scopes its idempotency keys to their owner, and owner() ${got} for this request; refuse unauthenticated requests with a guard, which runs before the claim`;
+
+/** The claims table's scope and source columns take 255 characters: so does an owner. */
+const MAX_OWNER_LENGTH = 255;
+
+/** What `@IdempotentRequest` resolves for a route, once, and the HTTP transport reads. */
+export interface RequestMode {
+  /** A request without the header is refused (else it runs without a claim). */
+  readonly required: boolean;
+  /** The caller's identity, part of the claim's key. */
+  readonly owner?: (request: any) => unknown;
+  /** The route's own fingerprint function, false for none, undefined for the default. */
+  readonly fingerprint?: false | ((request: any) => unknown);
+  /** Response headers stored and replayed, lower-case. */
+  readonly replayHeaders: readonly string[];
+  /** The route's body cap; undefined: the module's. */
+  readonly maxStoredResponseBytes?: number;
+}
+
+/** The request fields read here; the same on Express's request and Fastify's. */
+interface KeyedRequest {
+  headers: Record<string, string | string[] | undefined>;
+  method?: string;
+  originalUrl?: string;
+  url?: string;
+  rawBody?: unknown;
+  body?: unknown;
+}
+
+/**
+ * The claim's key of a request: the `Idempotency-Key` header, an sf-string (RFC 9651, parsed by
+ * structured-headers; parameters are allowed and ignored, as for any item), checked as every key
+ * is, and prefixed with its owner when the route has one: `<owner, URI-encoded>:<key>`, which no
+ * other owner's key can equal (an encoded owner holds no colon). Undefined when the header is
+ * missing on a route that does not require it (the request then runs without a claim).
+ */
+export function requestIdempotencyKey(
+  scope: string,
+  mode: RequestMode,
+  request: KeyedRequest,
+  maxKeyLength: number,
+): string | undefined {
+  const header = request.headers[IDEMPOTENCY_KEY_HEADER.toLowerCase()];
+  if (header === undefined) {
+    if (!mode.required) return undefined;
+    throw new MissingIdempotencyKeyError(keyMissing(scope), scope);
+  }
+  // Node joins a repeated header with ", ": two keys are one malformed list, refused below.
+  const raw = Array.isArray(header) ? header.join(', ') : header;
+  let value: unknown;
+  try {
+    [value] = parseItem(raw);
+  } catch (error) {
+    throw new InvalidIdempotencyKeyError(keyMalformed(scope, describeError(error)), scope, undefined);
+  }
+  if (typeof value !== 'string') {
+    throw new InvalidIdempotencyKeyError(keyMalformed(scope, `got ${raw}`), scope, undefined);
+  }
+  const key = checkIdempotencyKey(scope, value, maxKeyLength);
+  if (!mode.owner) return key;
+  return `${encodeURIComponent(requestOwner(scope, mode.owner, request))}:${key}`;
+}
+
+/** The request's owner, a non-empty string of at most 255 characters, or IdempotencyOwnerUnknownError. */
+function requestOwner(scope: string, owner: (request: any) => unknown, request: KeyedRequest): string {
+  let value: unknown;
+  try {
+    value = owner(request);
+  } catch (error) {
+    throw new IdempotencyOwnerUnknownError(ownerUnknown(scope, `threw: ${describeError(error)}`), scope);
+  }
+  const text = typeof value === 'number' && Number.isFinite(value) ? String(value) : value;
+  if (typeof text !== 'string' || text.length === 0 || text.length > MAX_OWNER_LENGTH) {
+    const got = typeof text === 'string' ? `returned ${text.length} characters` : `returned ${String(value)}`;
+    throw new IdempotencyOwnerUnknownError(ownerUnknown(scope, got), scope);
+  }
+  return text;
+}
+
+/**
+ * A request's fingerprint: by default a SHA-256 of its method, its URL (path and query) and its
+ * raw body, so the same key sent with another payload, or to another resource of the route, is
+ * told apart. With the route's own function, the hash of what it returns.
+ */
+export function requestFingerprint(mode: RequestMode, request: KeyedRequest): string | null {
+  if (mode.fingerprint === false) return null;
+  if (typeof mode.fingerprint === 'function') {
+    const value = mode.fingerprint(request);
+    if (value === undefined || value === null) return null;
+    return sha256Hex(
+      value instanceof Uint8Array ? value : typeof value === 'string' ? value : JSON.stringify(value),
+    );
+  }
+  const url = request.originalUrl ?? request.url ?? '';
+  const bytes = deliveredBytes(request.body, request);
+  // A body that cannot be serialised (without rawBody) has no fingerprint: nothing to compare.
+  return bytes === undefined ? null : sha256Hex(request.method ?? '', '\n', url, '\n', bytes);
+}

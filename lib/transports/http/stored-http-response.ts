@@ -1,0 +1,104 @@
+import { Readable } from 'node:stream';
+import { StreamableFile } from '@nestjs/common';
+import { isObservable } from 'rxjs';
+import type { StoredResponse } from '../../core/claim-check.js';
+import { ResponseNotStoredError } from '../../idempotency.errors.js';
+
+/** jsonb refuses NUL and lone surrogates (as escapes in the JSON text): such a body is not storable. */
+const JSONB_REFUSED = /(?:^|[^\\])(?:\\\\)*\\u(?:0000|d[89a-f][0-9a-f]{2})/i;
+
+const bodyTooLarge = (scope: string, bytes: number, max: number) =>
+  `${scope} answered a body of ${bytes} bytes, more than maxStoredResponseBytes (${max})`;
+
+const bodyNotJson = (scope: string, what: string) =>
+  `${scope} answered ${what}, which cannot be stored for its retries (a request-mode route stores JSON)`;
+
+/** Transaction mode: the request fails, and nothing of it is left. */
+const rolledBack = (reason: string) =>
+  `${reason}: the request was rolled back, so that no claim is done without its response. Return a smaller JSON body (a Location to read the rest from), or raise maxStoredResponseBytes`;
+
+/** External mode: the work happened; the body is left out. */
+export const bodyOmitted = (reason: string) =>
+  `${reason}: its body is not stored (external mode: its work has happened and must not run again), and its replays answer its status and headers with an empty body`;
+
+/** The response fields read here; Express's response and Fastify's reply both have them. */
+interface HttpResponse {
+  statusCode: number;
+  getHeader(name: string): unknown;
+}
+
+/** How one response is captured: the route's headers and body cap, and whether its work is done. */
+export interface CaptureSettings {
+  readonly scope: string;
+  readonly key: string;
+  readonly replayHeaders: readonly string[];
+  readonly maxBodyBytes: number;
+  /**
+   * External mode: the work has happened, so a body that cannot be stored is left out (its
+   * status and headers are kept) rather than failing the request, whose retry would do it again.
+   */
+  readonly workDone: boolean;
+}
+
+/**
+ * What a request-mode route answered, to store with its claim: the status Nest has set on the
+ * response (the route's default, `@HttpCode`, or the handler's own through
+ * `@Res({ passthrough: true })`), the listed headers that are set, and the returned value as its
+ * JSON body. A body that cannot be stored (over the cap, not JSON) fails the request in
+ * transaction mode (ResponseNotStoredError: the claim and the writes roll back), and is left out
+ * in external mode (`omitted`, with `onOmitted` told why).
+ */
+export function captureHttpResponse(
+  value: unknown,
+  response: HttpResponse,
+  settings: CaptureSettings,
+  onOmitted: (message: string) => void,
+): StoredResponse {
+  const headers: Record<string, string> = {};
+  for (const name of settings.replayHeaders) {
+    const header = response.getHeader(name);
+    if (header === undefined || header === null) continue;
+    headers[name] = Array.isArray(header) ? header.join(', ') : String(header);
+  }
+  const stored = { status: response.statusCode, headers };
+  if (value === undefined) return stored;
+  const notStored = (message: string, omitted: 'too_large' | 'not_json'): StoredResponse => {
+    if (!settings.workDone)
+      throw new ResponseNotStoredError(rolledBack(message), settings.scope, settings.key);
+    onOmitted(bodyOmitted(message));
+    return { ...stored, omitted };
+  };
+  if (isStream(value)) return notStored(bodyNotJson(settings.scope, describe(value)), 'not_json');
+  let json: string | undefined;
+  try {
+    json = JSON.stringify(value);
+  } catch {
+    json = undefined;
+  }
+  if (json === undefined || JSONB_REFUSED.test(json)) {
+    return notStored(bodyNotJson(settings.scope, 'a value that is not storable JSON'), 'not_json');
+  }
+  const bytes = Buffer.byteLength(json);
+  if (bytes > settings.maxBodyBytes) {
+    return notStored(bodyTooLarge(settings.scope, bytes, settings.maxBodyBytes), 'too_large');
+  }
+  // The JSON as it will be read back (a Date becomes its string), so a replay answers the same.
+  return { ...stored, body: JSON.parse(json) };
+}
+
+/** Bodies Nest streams or sends as bytes: not JSON to store. */
+function isStream(value: unknown): boolean {
+  return (
+    value instanceof StreamableFile ||
+    value instanceof Readable ||
+    value instanceof Uint8Array ||
+    isObservable(value) ||
+    (typeof value === 'object' && value !== null && typeof (value as { pipe?: unknown }).pipe === 'function')
+  );
+}
+
+function describe(value: unknown): string {
+  if (value instanceof StreamableFile) return 'a StreamableFile';
+  if (value instanceof Uint8Array) return 'a Buffer';
+  return 'a stream';
+}

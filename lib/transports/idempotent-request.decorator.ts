@@ -1,0 +1,101 @@
+import { applyDecorators, SetMetadata, UseInterceptors } from '@nestjs/common';
+import { resolveClaimSpec } from '../core/claim-options.js';
+import { claimOptionType } from '../idempotency.messages.js';
+import { IDEMPOTENT_WEBHOOK_METADATA } from '../idempotency.constants.js';
+import type { IdempotentRequestOptions } from '../interfaces/index.js';
+import { requestFingerprint, type RequestMode } from './http/request-mode.js';
+import { IdempotencyInterceptor } from './idempotency.interceptor.js';
+import type { IdempotentWebhookMetadata } from './idempotent-webhook.decorator.js';
+
+const badRequestOption = (detail: string) => `@IdempotentRequest ${detail}`;
+
+/** `@IdempotentRequest`'s options beside the claim's. */
+const REQUEST_OPTIONS = [
+  'required',
+  'owner',
+  'fingerprint',
+  'replayHeaders',
+  'maxStoredResponseBytes',
+] as const satisfies readonly (keyof IdempotentRequestOptions)[];
+
+/** The key comes from the header (request-mode.ts): the interceptor reads it there, not through this. */
+const headerKey = () => undefined;
+
+/**
+ * Makes a route of your own API idempotent for clients that send an `Idempotency-Key` header
+ * (the IETF httpapi draft), as Stripe's API is: the first request runs, and its response (status,
+ * body, the listed headers) is stored by the same COMMIT as the handler's writes (transaction
+ * mode; in external mode by the fenced completion), so a crash leaves neither; a retry is
+ * answered that response with `Idempotent-Replayed: true`, without running the handler.
+ *
+ * ```ts
+ * @Post('refunds')
+ * @IdempotentRequest({ owner: (request) => request.user.id })
+ * async refund(@Body() body: RefundRequest, @Res({ passthrough: true }) response: Response) { ... }
+ * ```
+ *
+ * Refusals are problem details (`application/problem+json`): no key 400 (`required`), a key
+ * reused with another method, URL or body 422, a retry while the first runs 409 + `Retry-After`.
+ * The route keeps Nest's status (201 for POST). HTTP routes only; streams, SSE and `@Res()`
+ * without passthrough fail the boot.
+ */
+export function IdempotentRequest(options: IdempotentRequestOptions = {}): MethodDecorator {
+  const fail = (detail: string) => new TypeError(badRequestOption(detail));
+  const {
+    required = true,
+    owner,
+    fingerprint,
+    replayHeaders = ['Location'],
+    maxStoredResponseBytes,
+  } = options;
+  if (typeof required !== 'boolean') throw fail(claimOptionType('required', 'a boolean'));
+  if (owner !== undefined && typeof owner !== 'function') throw fail(claimOptionType('owner', 'a function'));
+  if (fingerprint !== undefined && fingerprint !== false && typeof fingerprint !== 'function') {
+    throw fail(claimOptionType('fingerprint', 'a function or false'));
+  }
+  if (
+    !Array.isArray(replayHeaders) ||
+    replayHeaders.some((name) => typeof name !== 'string' || !/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/.test(name))
+  ) {
+    throw fail(claimOptionType('replayHeaders', 'an array of header names'));
+  }
+  if (
+    maxStoredResponseBytes !== undefined &&
+    !(Number.isSafeInteger(maxStoredResponseBytes) && maxStoredResponseBytes > 0)
+  ) {
+    throw fail(
+      claimOptionType(
+        'maxStoredResponseBytes',
+        `a positive whole number, got ${String(maxStoredResponseBytes)}`,
+      ),
+    );
+  }
+  const mode: RequestMode = {
+    required,
+    owner,
+    fingerprint,
+    replayHeaders: replayHeaders.map((name) => name.toLowerCase()),
+    maxStoredResponseBytes,
+  };
+  return (target, propertyKey, descriptor) => {
+    const spec = resolveClaimSpec(
+      '@IdempotentRequest',
+      options,
+      `${target.constructor.name}.${String(propertyKey)}`,
+      REQUEST_OPTIONS,
+    );
+    const metadata: IdempotentWebhookMetadata = {
+      ...spec,
+      // A client can fix its key: a conflict is always refused.
+      checks: { conflicts: 'refuse' },
+      key: headerKey,
+      fingerprint: (_body, httpRequest) => requestFingerprint(mode, httpRequest as never),
+      request: mode,
+    };
+    // No HttpCode: the route answers as Nest would (201 for POST), and a replay answers the same.
+    applyDecorators(
+      SetMetadata(IDEMPOTENT_WEBHOOK_METADATA, metadata),
+      UseInterceptors(IdempotencyInterceptor),
+    )(target, propertyKey, descriptor);
+  };
+}

@@ -1,0 +1,96 @@
+import { describe, expect, it } from '@jest/globals';
+import { fingerprintsConflict } from '../../lib/core/claim-check.js';
+import { UnstableKeys } from '../../lib/core/unstable-keys.js';
+import { stripeEventKey } from '../../lib/index.js';
+import { webhookFingerprint } from '../../lib/keys/webhook-fingerprints.js';
+import { requestIdempotencyKey, type RequestMode } from '../../lib/transports/http/request-mode.js';
+
+const MODE: RequestMode = { required: true, replayHeaders: ['location'] };
+const keyOf = (header: string | undefined, mode: RequestMode = MODE) =>
+  requestIdempotencyKey(
+    'Refunds.create',
+    mode,
+    { headers: header === undefined ? {} : { 'idempotency-key': header } },
+    255,
+  );
+
+describe('key checks', () => {
+  it('reads the Idempotency-Key header as an sf-string, parameters ignored, and refuses anything else', () => {
+    expect(keyOf('"8e03978e-40d5"')).toBe('8e03978e-40d5');
+    expect(keyOf('"a \\"quoted\\" key"')).toBe('a "quoted" key');
+    expect(keyOf('"8e03978e";v=1')).toBe('8e03978e');
+    expect(() => keyOf('8e03978e-40d5')).toThrow('must be a quoted string');
+    expect(() => keyOf('"a", "b"')).toThrow('must be a quoted string');
+    expect(() => keyOf('token')).toThrow('must be a quoted string');
+    expect(() => keyOf('""')).toThrow('is empty');
+    expect(() => keyOf(undefined)).toThrow('requires an Idempotency-Key header');
+    expect(keyOf(undefined, { ...MODE, required: false })).toBeUndefined();
+  });
+
+  it("prefixes the key with its owner so that no owner can name another owner's key", () => {
+    const owned = (owner: unknown) =>
+      requestIdempotencyKey(
+        'Refunds.create',
+        { ...MODE, owner: () => owner },
+        { headers: { 'idempotency-key': '"k:1"' } },
+        255,
+      );
+    expect(owned('user_42')).toBe('user_42:k:1');
+    expect(owned(42)).toBe('42:k:1');
+    // An owner with a colon is encoded, so "a:b" + "c" never equals "a" + "b:c".
+    expect(owned('a:b')).toBe('a%3Ab:k:1');
+    expect(() => owned(undefined)).toThrow('owner() returned undefined');
+    expect(() => owned('')).toThrow('owner() returned 0 characters');
+  });
+
+  it('fingerprints a Stripe event without pending_webhooks, and tells two events apart', () => {
+    const fingerprint = webhookFingerprint(undefined, undefined, stripeEventKey) as (
+      body: unknown,
+      request: unknown,
+    ) => string;
+    const event = { id: 'evt_1', type: 'charge.succeeded', data: { object: { id: 'ch_1' } } };
+    expect(fingerprint({ ...event, pending_webhooks: 3 }, {})).toBe(
+      fingerprint({ ...event, pending_webhooks: 1 }, {}),
+    );
+    expect(fingerprint({ ...event, id: 'evt_2', type: 'charge.captured' }, {})).not.toBe(
+      fingerprint(event, {}),
+    );
+    // The body preset hashes the raw bytes when the app keeps them.
+    const body = webhookFingerprint('body', undefined, undefined) as (
+      body: unknown,
+      request: unknown,
+    ) => string;
+    expect(body({}, { rawBody: Buffer.from('{"a":1}') })).toBe(body({ a: 1 }, {}));
+    expect(webhookFingerprint(false, undefined, undefined)).toBe(false);
+    expect(webhookFingerprint('nope' as never, undefined, undefined)).toBeUndefined();
+  });
+
+  it('conflicts only when both fingerprints are known and differ', () => {
+    expect(fingerprintsConflict('a', 'b')).toBe(true);
+    expect(fingerprintsConflict('a', 'a')).toBe(false);
+    expect(fingerprintsConflict(null, 'b')).toBe(false);
+    expect(fingerprintsConflict('a', null)).toBe(false);
+    expect(fingerprintsConflict('a', undefined)).toBe(false);
+  });
+
+  it('finds one fingerprint under two keys within the window, and forgets it after', () => {
+    const keys = new UnstableKeys(1_000, 10);
+    expect(keys.see('S', 'fp', 'k1', 0)).toBeUndefined();
+    expect(keys.see('S', 'fp', 'k1', 10)).toBeUndefined();
+    expect(keys.see('S', 'fp', 'k2', 20)).toBe('k1');
+    expect(keys.see('Other', 'fp', 'k2', 20)).toBeUndefined();
+    expect(keys.see('S', 'fp', 'k3', 2_000)).toBeUndefined();
+    expect(keys.see('S', 'fp', 'k4', 2_100)).toBe('k3');
+  });
+
+  it('remembers at most its capacity, dropping the older generation whole', () => {
+    const keys = new UnstableKeys(60_000, 4);
+    keys.see('S', 'a', 'ka', 0);
+    keys.see('S', 'b', 'kb', 0);
+    keys.see('S', 'c', 'kc', 0); // the first generation (a, b) becomes the previous one
+    expect(keys.see('S', 'a', 'other', 1)).toBe('ka');
+    keys.see('S', 'd', 'kd', 1); // the previous (a, b) is dropped
+    keys.see('S', 'e', 'ke', 1);
+    expect(keys.see('S', 'b', 'other', 2)).toBeUndefined();
+  });
+});
