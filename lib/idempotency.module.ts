@@ -17,6 +17,7 @@ import { RetryAfterEstimator } from './strategies/retry-after.estimator.js';
 import { DELIVERY_TRANSPORT_REGISTRY, deliveryTransportProviders } from './transports/delivery-transports.js';
 import { IdempotencyExplorer } from './transports/idempotency.explorer.js';
 import { IdempotencyInterceptor } from './transports/idempotency.interceptor.js';
+import { OrderingExplorer } from './transports/ordering.explorer.js';
 import { HandoffMetrics } from './transports/queue/handoff-metrics.js';
 import { HandoffQueues } from './transports/queue/handoff-queues.service.js';
 import { QueueHandoff } from './transports/queue/queue-handoff.js';
@@ -53,6 +54,8 @@ import { QueueHandoff } from './transports/queue/queue-handoff.js';
     ...deliveryTransportProviders,
     IdempotencyInterceptor,
     IdempotencyExplorer,
+    // Checks the versions table at boot when a handler has an ordering guard.
+    OrderingExplorer,
     SignatureGuardsExplorer,
     IdempotencyContext,
     ExpiredLeaseReporter,

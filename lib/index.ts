@@ -32,6 +32,8 @@ export type {
   IdempotentWebhookOptions,
   IdempotentWorkerOptions,
   WebhookSignatureName,
+  EventOrderExtractor,
+  EventOrderOptions,
 } from './interfaces/index.js';
 export type { IdempotencyMode } from './strategies/claim-strategies.js';
 export type { DeliveryTransport, SettledResult } from './transports/delivery-transport.js';
@@ -48,6 +50,16 @@ export {
   stripeEventKey,
 } from './keys/webhook-keys.js';
 
+// Ordering guards for the senders the library knows: the newest event of each object wins.
+export {
+  isoTimestampVersion,
+  shopifyWebhookOrder,
+  standardWebhookOrder,
+  stripeEventOrder,
+  type ShopifyWebhookOrderOptions,
+  type StripeEventOrderOptions,
+} from './keys/webhook-orders.js';
+
 // Signature guards.
 export { WebhookSignatureGuard } from './guards/webhook-signature.guard.js';
 export { StripeSignatureGuard } from './guards/stripe-signature.guard.js';
@@ -60,6 +72,7 @@ export {
   EventInFlightError,
   IdempotencyError,
   IdempotencyUnavailableError,
+  InvalidEventOrderError,
   InvalidIdempotencyKeyError,
   isIdempotencyError,
   PropagationError,
@@ -81,7 +94,7 @@ export {
   TransactionAbortedException,
 } from './transports/http/http-exceptions.js';
 export type { IdempotencyRpcError } from './transports/rpc/rpc.transport.js';
-export { REPLAYED_HEADER } from './idempotency.constants.js';
+export { REPLAYED_HEADER, STALE_HEADER } from './idempotency.constants.js';
 
 // The claims table: entity and migrations.
 export {
@@ -90,6 +103,7 @@ export {
   ProcessedEvent,
   type ProcessedEventStatus,
 } from './entities/processed-event.entity.js';
+export { ProcessedEventVersion } from './entities/processed-event-version.entity.js';
 export {
   IDEMPOTENCY_MIGRATIONS,
   processedEventsMigrations,

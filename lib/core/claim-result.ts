@@ -1,8 +1,13 @@
 /**
  * How a claim ended, as a strategy reports it to the service. The transports map it: HTTP to
- * 200 / 200 replayed / 409, RPC to a reply or an RpcException, a method call to its value or
- * an EventInFlightError. In flight is a result, not an error, because it is an expected answer
- * on the hot path of a duplicate storm.
+ * 200 / 200 replayed / 200 stale / 409, RPC to a reply or an RpcException, a method call to its
+ * value or an EventInFlightError. In flight is a result, not an error, because it is an expected
+ * answer on the hot path of a duplicate storm. Stale (the ordering guard, core/event-order.ts): the
+ * event is older than its entity's applied version, its claim is done, and the handler ran only
+ * if it asked to (`value` is then what it returned).
  */
 export type ClaimResult<T> =
-  { kind: 'processed'; value: T } | { kind: 'replayed' } | { kind: 'in_flight'; retryAfterSeconds: number };
+  | { kind: 'processed'; value: T }
+  | { kind: 'replayed' }
+  | { kind: 'in_flight'; retryAfterSeconds: number }
+  | { kind: 'stale'; value: T | undefined };

@@ -13,6 +13,7 @@ import { CLAIM_STRATEGY_REGISTRY } from '../strategies/claim-strategies.js';
 import { ClaimDelivery, type IdempotentDelivery } from './claim-delivery.js';
 import type { ClaimResult } from './claim-result.js';
 import type { ClaimHandle, ClaimSpec, ClaimStrategy } from './claim-strategy.js';
+import type { EventOrder } from './event-order.js';
 import { currentDelivery, runInIdempotencyContext } from './idempotency-context.js';
 import { Propagation } from './propagation.js';
 
@@ -66,6 +67,9 @@ export class ClaimRunner implements OnModuleInit {
           result.retryAfterSeconds,
           this.config.inFlightStatus,
         );
+      case 'stale':
+        // Only @IdempotentWebhook takes an ordering guard, and it claims through execute().
+        throw new Error(`${spec.scope} has no ordering guard, yet its claim was answered stale`);
     }
   }
 
@@ -73,11 +77,13 @@ export class ClaimRunner implements OnModuleInit {
    * The claim itself, for transports that answer each result their own way (the interceptor):
    * no error is made for an in-flight duplicate, which a storm answers many times a second. A
    * claim made while another delivery runs follows the spec's propagation (see Propagation).
+   * `order` is the delivery's place in its entity's order, for a handler with an ordering guard.
    */
   execute<T>(
     spec: ClaimSpec,
     key: string,
     work: (delivery: IdempotentDelivery) => Promise<T>,
+    order?: EventOrder,
   ): Promise<ClaimResult<T>> {
     const strategy = this.strategies.get(spec.mode)!;
     const run = (handle: ClaimHandle) => {
@@ -91,7 +97,7 @@ export class ClaimRunner implements OnModuleInit {
     };
     const enclosing = currentDelivery();
     if (enclosing === undefined && spec.propagation !== Propagation.Mandatory) {
-      return strategy.run(spec, key, run);
+      return strategy.run(spec, key, run, undefined, order);
     }
     let joined: ClaimHandle | undefined;
     try {
@@ -99,7 +105,7 @@ export class ClaimRunner implements OnModuleInit {
     } catch (error) {
       return Promise.reject(error);
     }
-    return strategy.run(spec, key, run, joined);
+    return strategy.run(spec, key, run, joined, order);
   }
 
   /**

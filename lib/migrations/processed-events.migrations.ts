@@ -8,9 +8,11 @@ import {
   dropFailedIndexSql,
   dropUnfinishedIndexSql,
 } from '../postgres/schema.sql.js';
+import { createVersionTableSql, dropVersionTableSql } from '../postgres/version-schema.sql.js';
 import { CreateProcessedEvents1764547200000 } from './1764547200000-create-processed-events.migration.js';
 import { AddUnfinishedClaimsIndex1764892800000 } from './1764892800000-add-unfinished-claims-index.migration.js';
 import { AddFailedClaimsIndex1765238400000 } from './1765238400000-add-failed-claims-index.migration.js';
+import { CreateEventVersions1765670400000 } from './1765670400000-create-event-versions.migration.js';
 
 /** A migration class, as TypeORM's `migrations` option takes it. */
 export type MigrationClass = new () => MigrationInterface;
@@ -23,6 +25,8 @@ export const IDEMPOTENCY_MIGRATIONS: MigrationClass[] = [
   CreateProcessedEvents1764547200000,
   AddUnfinishedClaimsIndex1764892800000,
   AddFailedClaimsIndex1765238400000,
+  // The ordering guard's versions table.
+  CreateEventVersions1765670400000,
 ];
 
 /**
@@ -46,6 +50,7 @@ export function processedEventsMigrations(
       dropUnfinishedIndexSql,
     ),
     migration(`AddFailedClaimsIndex${tag}1765238400000`, table, createFailedIndexSql, dropFailedIndexSql),
+    migration(`CreateEventVersions${tag}1765670400000`, table, createVersionTableSql, dropVersionTableSql),
   ];
 }
 

@@ -17,8 +17,9 @@ import type { ClaimStatement } from './statement-executor.js';
  * failover to a standby that never received it) after the answer forgets a `done`, and the
  * redelivery runs the work a second time. With `on` the COMMIT returns only once the WAL is
  * flushed here and, with `synchronous_standby_names`, on the synchronous standby (docs/failover.md).
+ * Exported for the ordered claim (ordered-claim.sql.ts), which commits the same way.
  */
-const DURABLE_COMMIT = `set_config('synchronous_commit',
+export const DURABLE_COMMIT = `set_config('synchronous_commit',
   CASE WHEN current_setting('synchronous_commit') IN ('off', 'local', 'remote_write') THEN 'on'
        ELSE current_setting('synchronous_commit') END, true)`;
 
@@ -238,13 +239,20 @@ WHERE scope = $1 AND event_key = $2 AND status = 'in_progress'`,
   };
 }
 
+/** The transaction claim's parameter types: scope, key, source, lock_timeout. */
+const CLAIM_PARAMETER_TYPES: readonly string[] = ['text', 'text', 'text', 'text'];
+
 /**
  * The transaction claim as a SQL-level prepared statement, so that BEGIN and the claim can travel
  * in one simple-protocol query (`claimAfterSql`). Prepared once per connection.
  */
 export function prepareTransactionClaimSql(statements: ClaimStatements): string {
-  const { name, text } = statements.transactionClaim;
-  return `PREPARE ${name} (text, text, text, text) AS${text}`;
+  return prepareClaimSql(statements.transactionClaim, CLAIM_PARAMETER_TYPES);
+}
+
+/** PREPARE of `claim` (the transaction claim, or a variant that does more: ordered-claim.sql.ts). */
+function prepareClaimSql(claim: ClaimStatement, types: readonly string[]): string {
+  return `PREPARE ${claim.name} (${types.join(', ')}) AS${claim.text}`;
 }
 
 /**
@@ -254,18 +262,22 @@ export function prepareTransactionClaimSql(statements: ClaimStatements): string 
  * transaction-mode pooler, where the next transaction may run on a server connection that never
  * saw the PREPARE), the claim's own text with the values inlined. The simple protocol takes no
  * parameters, so the four values come as literals, already escaped by pg's `escapeLiteral`.
+ * `claim` and `types` stand for a statement that claims and does more in the same query (the
+ * ordering guard's: ordered-claim.sql.ts); it takes the claim's values first, then its own.
  */
 export function claimAfterSql(
   statements: ClaimStatements,
   head: string,
   literals: readonly string[],
   how: 'execute' | 'prepare-and-execute' | 'inline',
+  claim: ClaimStatement = statements.transactionClaim,
+  types: readonly string[] = CLAIM_PARAMETER_TYPES,
 ): string {
-  const { name, text } = statements.transactionClaim;
+  const { name, text } = claim;
   if (how === 'inline')
     return `${head};${text.replace(/\$(\d)/g, (_, n: string) => literals[Number(n) - 1])}`;
   const execute = `EXECUTE ${name} (${literals.join(', ')})`;
   return how === 'prepare-and-execute'
-    ? `${head}; ${prepareTransactionClaimSql(statements)}; ${execute}`
+    ? `${head}; ${prepareClaimSql(claim, types)}; ${execute}`
     : `${head}; ${execute}`;
 }

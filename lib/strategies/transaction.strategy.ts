@@ -3,6 +3,7 @@ import { afterCommitFailed } from '../core/after-commit.js';
 import type { ClaimResult } from '../core/claim-result.js';
 import type { ClaimHandle, ClaimSpec, ClaimStrategy } from '../core/claim-strategy.js';
 import { commitFaultsArmed, takeCommitFault } from '../core/commit-faults.js';
+import type { EventOrder } from '../core/event-order.js';
 import { DEFAULTS, IDEMPOTENCY_CONFIG } from '../idempotency.constants.js';
 import {
   EventInFlightError,
@@ -28,6 +29,7 @@ import {
   LOCK_NOT_AVAILABLE,
 } from '../postgres/pg-errors.js';
 import { databaseUnavailableError } from './database-unavailable.js';
+import { OrderedClaim } from './event-ordering.js';
 import { isRefusal } from './handler-refusal.js';
 import { InProcessWaiters } from './in-process-waiters.js';
 import { RetryAfterEstimator } from './retry-after.estimator.js';
@@ -80,19 +82,22 @@ export class TransactionStrategy implements ClaimStrategy {
 
   /**
    * Claims `key`, runs `work` in the claim's transaction and commits both, or neither. Inside
-   * another transaction-mode delivery (`enclosing`), in that delivery's transaction instead.
+   * another transaction-mode delivery (`enclosing`), in that delivery's transaction instead. With
+   * `order` (an `@IdempotentWebhook` ordering guard), the claim checks and advances the entity's
+   * version too; a webhook delivery is never made inside another, so a joined claim has none.
    */
   run<T>(
     spec: ClaimSpec,
     key: string,
     work: (handle: ClaimHandle) => Promise<T>,
     enclosing?: ClaimHandle,
+    order?: EventOrder,
   ): Promise<ClaimResult<T>> {
     // A delivery made by the testing helpers has no claim transaction to join: it claims on its own.
     if (enclosing instanceof ClaimTransaction) return this.joinEnclosing(enclosing, spec, key, work);
     const id = `${spec.scope}\u0000${key}`;
-    if (this.waiters.has(id)) return this.afterFirst(id, spec, key, work);
-    return this.claimAndRun(id, spec, key, work);
+    if (this.waiters.has(id)) return this.afterFirst(id, spec, key, work, order);
+    return this.claimAndRun(id, spec, key, work, order);
   }
 
   /**
@@ -104,6 +109,7 @@ export class TransactionStrategy implements ClaimStrategy {
     spec: ClaimSpec,
     key: string,
     work: (handle: ClaimHandle) => Promise<T>,
+    order: EventOrder | undefined,
   ): Promise<ClaimResult<T>> {
     const deadline = performance.now() + this.config.concurrentDuplicateWaitMs;
     while (this.waiters.has(id)) {
@@ -111,7 +117,7 @@ export class TransactionStrategy implements ClaimStrategy {
       if (outcome === 'timeout') return this.inFlight(spec, key, this.waiters.heldMs(id));
       if (outcome === 'committed') return this.replayed(spec, key);
     }
-    return this.claimAndRun(id, spec, key, work);
+    return this.claimAndRun(id, spec, key, work, order);
   }
 
   /**
@@ -126,10 +132,14 @@ export class TransactionStrategy implements ClaimStrategy {
     spec: ClaimSpec,
     key: string,
     work: (handle: ClaimHandle) => Promise<T>,
+    order: EventOrder | undefined,
   ): Promise<ClaimResult<T>> {
     // Registered before the first await, so a duplicate arriving meanwhile finds it.
     this.waiters.begin(id);
     const values: ClaimValues = [spec.scope, key, spec.source, this.lockTimeout];
+    // Ordering guard (event-ordering.ts): the claim is sent as the ordered claim, which checks and
+    // advances the entity's version in the same statement; it says whether the event is stale.
+    const ordered = order && new OrderedClaim(this.database.ordered, order);
     let done: ClaimTransaction | undefined;
     let value: T | undefined;
     try {
@@ -145,7 +155,7 @@ export class TransactionStrategy implements ClaimStrategy {
           const started = performance.now();
           let found: ClaimFound;
           try {
-            found = await transaction.beginAndClaim(values);
+            found = await transaction.beginAndClaim(values, ordered);
           } catch (error) {
             await transaction.rollbackQuietly();
             // Another delivery (at another replica) held the claim past concurrentDuplicateWaitMs.
@@ -166,9 +176,10 @@ export class TransactionStrategy implements ClaimStrategy {
             return this.inFlight(spec, key, found.heldMs, found.secondsLeft);
           }
 
-          // 2. The work, in the claim's transaction.
+          // 2. The work, in the claim's transaction. Ordering guard: a stale event's only with runStale.
+          if (ordered?.stale) transaction.stale = true;
           try {
-            value = await work(transaction);
+            value = ordered && !ordered.runsHandler ? undefined : await work(transaction);
           } catch (error) {
             this.warnIfSlow(spec.scope, performance.now() - started);
             await transaction.rollbackQuietly();
@@ -200,7 +211,13 @@ export class TransactionStrategy implements ClaimStrategy {
           switch (committed.kind) {
             case 'committed':
               this.retryAfter.record(spec.scope, performance.now() - started);
-              this.metrics.count(found.reclaimed ? 'reclaimed' : 'claimed', spec.scope, key);
+              if (ordered?.stale) {
+                // Ordering guard: the claim is done, the entity's version unchanged.
+                this.metrics.count('stale', spec.scope, key);
+                ordered.logCommitted(this.logger, spec.scope, key);
+              } else {
+                this.metrics.count(found.reclaimed ? 'reclaimed' : 'claimed', spec.scope, key);
+              }
               done = transaction;
               break;
             case 'retry':
@@ -234,6 +251,7 @@ export class TransactionStrategy implements ClaimStrategy {
     if (done.hasAfterCommit) {
       await done.runAfterCommit((error) => this.logger.error(afterCommitFailed(spec.scope, key, error)));
     }
+    if (ordered?.stale) return { kind: 'stale', value };
     return { kind: 'processed', value: value as T };
   }
 

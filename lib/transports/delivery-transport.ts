@@ -8,7 +8,7 @@ import type { ClaimResult } from '../core/claim-result.js';
  */
 export const ACKNOWLEDGE = Symbol('idempotency:acknowledge');
 
-/** A claim that settled: the handler ran now, or had run before. */
+/** A claim that settled: the handler ran now, or had run before, or the event was stale (ordering guard). */
 export type SettledResult = Exclude<ClaimResult<unknown>, { kind: 'in_flight' }>;
 
 /**

@@ -7,6 +7,7 @@ import {
 } from '@nestjs/common';
 import { Reflector } from '@nestjs/core';
 import { lastValueFrom, Observable } from 'rxjs';
+import { extractEventOrder, type EventOrder } from '../core/event-order.js';
 import { extractIdempotencyKey } from '../core/idempotency-key.js';
 import { ClaimRunner } from '../core/claim-runner.js';
 import { IDEMPOTENCY_CONFIG, IDEMPOTENT_WEBHOOK_METADATA } from '../idempotency.constants.js';
@@ -47,13 +48,14 @@ export class IdempotencyInterceptor implements NestInterceptor {
     // their own to every delivery, and each pays AsyncLocalStorage's hooks.
     return new Observable((subscriber) => {
       let key: string;
+      // The ordering guard's entity and version, read from the key's arguments and checked as the
+      // key is: a bad one is refused before the claim, writing nothing.
+      let order: EventOrder | undefined;
       try {
-        key = extractIdempotencyKey(
-          meta.scope,
-          meta.key,
-          transport.keyArguments(context),
-          this.config.maxKeyLength,
-        );
+        const args = transport.keyArguments(context);
+        key = extractIdempotencyKey(meta.scope, meta.key, args, this.config.maxKeyLength);
+        if (meta.order)
+          order = extractEventOrder(meta.scope, key, meta.order, args, this.config.maxKeyLength);
       } catch (error) {
         const failure = transport.failure(error, context);
         if (failure === ACKNOWLEDGE) subscriber.complete();
@@ -63,7 +65,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
       // next.handle() is cold: subscribing inside the delivery's context makes it visible to the
       // handler and to every service it awaits.
       this.runner
-        .execute(meta, key, () => lastValueFrom(next.handle(), { defaultValue: undefined }))
+        .execute(meta, key, () => lastValueFrom(next.handle(), { defaultValue: undefined }), order)
         .then(
           (result) => {
             if (result.kind === 'in_flight') {

@@ -1,6 +1,7 @@
 import { applyDecorators, HttpCode, SetMetadata, UseGuards, UseInterceptors } from '@nestjs/common';
 import { resolveClaimSpec } from '../core/claim-options.js';
 import type { ClaimSpec } from '../core/claim-strategy.js';
+import { resolveEventOrder, type EventOrderSpec } from '../core/event-order.js';
 import { SIGNATURE_GUARDS, signatureGuardNamed } from '../guards/signature-guards.js';
 import { IDEMPOTENT_WEBHOOK_METADATA } from '../idempotency.constants.js';
 import { missingKeyFunction } from '../idempotency.messages.js';
@@ -11,11 +12,17 @@ const unknownSignatureName = (value: unknown, known: readonly string[]) =>
   `@IdempotentWebhook option signature must be one of ${known.map((name) => `'${name}'`).join(', ')}, got ${typeof value === 'string' ? `'${value}'` : String(value)}`;
 
 /** `@IdempotentWebhook`'s options beside the claim's. */
-const WEBHOOK_OPTIONS = ['key', 'signature'] as const satisfies readonly (keyof IdempotentWebhookOptions)[];
+const WEBHOOK_OPTIONS = [
+  'key',
+  'signature',
+  'order',
+] as const satisfies readonly (keyof IdempotentWebhookOptions)[];
 
-/** What the decorator stores: the claim spec, resolved once, and the key extractor. */
+/** What the decorator stores: the claim spec, resolved once, the key extractor and the ordering guard. */
 export interface IdempotentWebhookMetadata extends ClaimSpec {
   key: IdempotencyKeyExtractor;
+  /** The ordering guard (`order`), resolved once; undefined without one. */
+  order?: EventOrderSpec;
 }
 
 /**
@@ -38,7 +45,8 @@ export interface IdempotentWebhookMetadata extends ClaimSpec {
  * together. `mode: 'external'` (or `external: true`): a lease claim for work outside the database.
  * For provider methods no interceptor reaches (queue consumers, cron jobs), use `@Idempotent`.
  * `signature: 'stripe' | 'github' | 'standard-webhooks' | 'shopify'` also applies that sender's
- * signature guard (HTTP routes only), which runs before the claim.
+ * signature guard (HTTP routes only), which runs before the claim. `order` adds the ordering
+ * guard: an event older than the version its entity has is not applied (docs/ordering.md).
  */
 export function IdempotentWebhook(options: IdempotentWebhookOptions): MethodDecorator {
   if (typeof options?.key !== 'function') throw new TypeError(missingKeyFunction('@IdempotentWebhook'));
@@ -60,6 +68,9 @@ export function IdempotentWebhook(options: IdempotentWebhookOptions): MethodDeco
       WEBHOOK_OPTIONS,
     );
     const metadata: IdempotentWebhookMetadata = { ...spec, key };
+    if (options.order !== undefined) {
+      metadata.order = resolveEventOrder('@IdempotentWebhook', options.order, spec);
+    }
     applyDecorators(
       SetMetadata(IDEMPOTENT_WEBHOOK_METADATA, metadata),
       UseInterceptors(IdempotencyInterceptor),

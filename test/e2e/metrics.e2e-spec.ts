@@ -90,8 +90,9 @@ describe.each(ADAPTERS)('idempotency metrics (%s)', (adapter) => {
     expect(report.skipped).toBe(false);
     expect(report.expiredCount).toBe(1);
 
-    // Every delivery outcome; the operator's (released, forgotten) are counted in operator.e2e-spec.ts.
-    const expected: Omit<Record<ClaimOutcome, number>, 'released' | 'forgotten'> = {
+    // Every delivery outcome; the operator's (released, forgotten) are counted in operator.e2e-spec.ts,
+    // the ordering guard's (stale, transaction mode only) in ordering.e2e-spec.ts.
+    const expected: Omit<Record<ClaimOutcome, number>, 'released' | 'forgotten' | 'stale'> = {
       claimed: 4,
       replayed: 1,
       in_flight: 1,

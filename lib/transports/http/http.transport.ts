@@ -1,6 +1,6 @@
 import { Injectable, type ExecutionContext } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
-import { REPLAYED_HEADER } from '../../idempotency.constants.js';
+import { REPLAYED_HEADER, STALE_HEADER } from '../../idempotency.constants.js';
 import { EventInFlightError, IdempotencyUnavailableError } from '../../idempotency.errors.js';
 import type { DeliveryTransport, SettledResult } from '../delivery-transport.js';
 
@@ -11,8 +11,9 @@ import type { DeliveryTransport, SettledResult } from '../delivery-transport.js'
  * |---|---|
  * | processed | the handler's answer (200) |
  * | replayed | 200, `Idempotent-Replayed: true`, handler not called |
+ * | stale (ordering guard) | 200, `Idempotent-Stale: true`, handler not called (or its answer, with `runStale`) |
  * | in flight | 409 (or `inFlightStatus`), `Retry-After` |
- * | bad key | 400, nothing written |
+ * | bad key, entity or version | 400, nothing written |
  * | database unavailable | 503, `Retry-After` |
  * | handler went on after a failed statement | 500, nothing written |
  */
@@ -28,6 +29,10 @@ export class HttpTransport implements DeliveryTransport {
 
   answer(result: SettledResult, context: ExecutionContext): unknown {
     if (result.kind === 'processed') return result.value;
+    if (result.kind === 'stale') {
+      this.setHeader(context, STALE_HEADER, 'true');
+      return result.value;
+    }
     this.setHeader(context, REPLAYED_HEADER, 'true');
     return undefined;
   }
