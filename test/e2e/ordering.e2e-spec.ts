@@ -1,5 +1,6 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
 import type { PoolClient } from 'pg';
+import { Test } from '@nestjs/testing';
 import request from 'supertest';
 import { DataSource } from 'typeorm';
 import { ExpiredLeaseReporter, IdempotencyMetrics } from '../../lib/index.js';
@@ -11,7 +12,8 @@ import {
   Runs,
   type SnapshotEvent,
 } from '../fixtures/ordering.fixture.js';
-import { Gates } from '../fixtures/webhook-fixture.module.js';
+import { Gates, WebhookFixtureModule } from '../fixtures/webhook-fixture.module.js';
+import { bootFailure } from '../support/boot-failure.js';
 import { ADAPTERS, startApp, type RunningApp } from '../support/app.js';
 import { createTestDatabase, lockWaiters, type TestDatabase } from '../support/database.js';
 import { onEveryRoute, pgBouncerPerFile, routeUrl } from '../support/database-routes.js';
@@ -370,5 +372,42 @@ describe.each(ADAPTERS)('ordering guard on the wire (%s)', (adapter) => {
       expect.stringMatching(`^BEGIN; EXECUTE ${ordered.applyEqual.name} \\(`),
       'COMMIT',
     ]);
+  });
+});
+
+describe('ordering guard at boot', () => {
+  let db: TestDatabase;
+
+  beforeAll(async () => {
+    db = await createTestDatabase();
+    await db.pool.query(ORDERING_SCHEMA);
+    // A database migrated before the versions table existed.
+    await db.pool.query('DROP TABLE processed_events_versions');
+  });
+
+  afterAll(async () => {
+    await db?.drop();
+  });
+
+  it('fails the boot naming the handlers with a guard when the versions table is missing', async () => {
+    const moduleRef = await Test.createTestingModule({
+      imports: [OrderingFixtureModule.forDatabase({ databaseUrl: db.url })],
+    }).compile();
+    const failure = await bootFailure(moduleRef.createNestApplication({ logger: false }));
+    expect(failure.message).toContain(
+      'IdempotencyModule cannot start: OrderingController.apply, OrderingController.strict, OrderingController.runStale, OrderingController.sharedA, OrderingController.sharedB, OrderingController.settings have an ordering guard (order), but its versions table "processed_events_versions" does not exist. Run the library\'s migrations',
+    );
+  });
+
+  it('boots an app without a guard, whose retention skips the missing table', async () => {
+    const running = await startApp('express', [WebhookFixtureModule.forDatabase({ databaseUrl: db.url })]);
+    try {
+      const answer = await request(running.url).post('/orders').send({ id: 'evt_boot_plain' });
+      expect(answer.status).toBe(200);
+      const report = await running.app.get(ExpiredLeaseReporter).run({ force: true });
+      expect(report.deletedVersions).toBe(0);
+    } finally {
+      await running.close();
+    }
   });
 });
