@@ -4,7 +4,9 @@ import { DataSource } from 'typeorm';
 import { IDEMPOTENCY_ENTITIES, IDEMPOTENCY_MIGRATIONS } from '../idempotency.js';
 import { Invoice } from '../stripe/entities/invoice.entity.js';
 import { Order } from '../stripe/entities/order.entity.js';
+import { Subscription } from '../stripe/entities/subscription.entity.js';
 import { CreateOrdersAndInvoices1764633600000 } from './migrations/1764633600000-create-orders-and-invoices.migration.js';
+import { CreateSubscriptions1765756800000 } from './migrations/1765756800000-create-subscriptions.migration.js';
 import { runMigrationsOnce } from './run-migrations.js';
 
 /** Shows up in `pg_stat_activity`, so the sample's sessions are easy to find. */
@@ -26,8 +28,12 @@ export class DatabaseModule {
             url,
             applicationName: DATABASE_APPLICATION_NAME,
             // The library's entity is registered explicitly, next to the app's own.
-            entities: [Order, Invoice, ...IDEMPOTENCY_ENTITIES],
-            migrations: [...IDEMPOTENCY_MIGRATIONS, CreateOrdersAndInvoices1764633600000],
+            entities: [Order, Invoice, Subscription, ...IDEMPOTENCY_ENTITIES],
+            migrations: [
+              ...IDEMPOTENCY_MIGRATIONS,
+              CreateOrdersAndInvoices1764633600000,
+              CreateSubscriptions1765756800000,
+            ],
             // A database that cannot be reached must fail a delivery (503), not hang it.
             connectTimeoutMS: 5_000,
             // Fail fast at start-up: a wrong DATABASE_URL should not take half a minute to report.
