@@ -64,15 +64,19 @@ export const orderNeedsTransactionMode = () =>
   `side effects at once or out of order. Apply the event in transaction mode and hand the side ` +
   `effect to a worker that reads the state it acts on (IdempotencyContext.enqueue()), or remove order`;
 
+/** InvalidEventOrderError: the entity extractor threw. */
 export const entityExtractorThrew = (scope: string, error: unknown) =>
   `Event entity extractor of ${scope} threw: ${describeError(error)}`;
 
+/** InvalidEventOrderError: the version extractor threw. */
 export const versionExtractorThrew = (scope: string, error: unknown) =>
   `Event version extractor of ${scope} threw: ${describeError(error)}`;
 
+/** InvalidEventOrderError: the entity is not one the versions table can key. */
 export const entityUnusable = (scope: string, what: string) =>
   `Event entity of ${scope} ${what}; it must be a non-empty string or a whole number (null leaves the event unordered)`;
 
+/** InvalidEventOrderError: the version is not one the guard can compare. */
 export const versionUnusable = (scope: string, what: string) =>
   `Event version of ${scope} ${what}; it must be a finite number, a bigint, a decimal string such as '1718000000.5', or a valid Date`;
 

@@ -19,8 +19,11 @@ const staleEvent = (scope: string, key: string, claim: OrderedClaim) =>
  * again by each of its tries: each answer replaces the last.
  */
 export class OrderedClaim implements ClaimVariant {
+  /** The ordered claim of the guard's `equalVersions`. */
   readonly statement: ClaimStatement;
+  /** Its parameter types, for PREPARE. */
   readonly types = ORDERED_CLAIM_TYPES;
+  /** The guard's scope, the entity and the version: $5, $6, $7 after the claim's four. */
   readonly values: readonly string[];
   /** The last answer: the event is older than its entity's applied version (or as old, with `equalVersions: 'stale'`). */
   stale = false;
@@ -36,6 +39,7 @@ export class OrderedClaim implements ClaimVariant {
     this.values = [order.spec.scope, order.entity, order.version];
   }
 
+  /** Reads what the ordered claim answered (OrderedClaimRow). */
   answered(row: Readonly<Record<string, unknown>>): void {
     this.stale = row.stale === true;
     this.appliedVersion = (row.applied_version as string | null | undefined) ?? null;
