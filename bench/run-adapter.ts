@@ -33,6 +33,7 @@ import { createBenchDatabase, type BenchPostgres } from './support/bench-postgre
 import { ServerProcess } from './support/server-process.js';
 import { StatementStats } from './support/statement-stats.js';
 import {
+  GUARD_PAIRS,
   HEADLINE_PAIRS,
   REFERENCE_PAIRS,
   REQUEST_PAIRS,
@@ -184,6 +185,8 @@ export async function runAdapter(
       happyPath: {
         'lib-tx vs raw-tx': extraRoundTrips(traces['lib-tx'].first, traces['raw-tx'].first),
         'lib-external vs raw-lease': extraRoundTrips(traces['lib-external'].first, traces['raw-lease'].first),
+        // The ordering guard's version check travels in the claim's query: 0 expected.
+        'lib-tx-ordered vs lib-tx': extraRoundTrips(traces['lib-tx-ordered'].first, traces['lib-tx'].first),
       },
       cells,
       ratios,
@@ -328,11 +331,12 @@ async function interleavedRatios(
   adapter: string,
   baseline?: LoadFn,
 ): Promise<{ ratios: Record<string, RatioResult>; baseline?: Record<string, BaselinePairResult> }> {
-  // The reference pairs double the time; a quick run (< 60 s) keeps to the headline.
+  // The reference pairs double the time; a quick run (< 60 s) keeps to the headline, the request
+  // mode's and the ordering guard's.
   const pairs =
     options.mode === 'full'
-      ? [...HEADLINE_PAIRS, ...REQUEST_PAIRS, ...REFERENCE_PAIRS]
-      : [...HEADLINE_PAIRS, ...REQUEST_PAIRS];
+      ? [...HEADLINE_PAIRS, ...REQUEST_PAIRS, ...REFERENCE_PAIRS, ...GUARD_PAIRS]
+      : [...HEADLINE_PAIRS, ...REQUEST_PAIRS, ...GUARD_PAIRS];
   const reps: Record<string, RatioRep[]> = Object.fromEntries(pairs.map((pair) => [pair.name, []]));
   const baselineReps: Record<string, BaselineRep[]> = Object.fromEntries(
     HEADLINE_PAIRS.map((pair) => [pair.name, []]),

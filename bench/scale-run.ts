@@ -7,6 +7,9 @@ import * as prettier from 'prettier';
 import { claimTable } from '../lib/postgres/claim-table.js';
 import { claimStatements } from '../lib/postgres/claim.sql.js';
 import { maintenanceStatements } from '../lib/postgres/maintenance.sql.js';
+import { orderedClaimStatements } from '../lib/postgres/ordered-claim.sql.js';
+import { versionMaintenanceStatements } from '../lib/postgres/version-maintenance.sql.js';
+import { versionTable } from '../lib/postgres/version-table.js';
 import { createMigratedDatabase } from '../test/support/migrated-database.js';
 import { measureBothModes } from './scale/claim-throughput.js';
 import { addExpiredLeases, describeTable, fillClaimsTable, formatSeconds } from './scale/fill.js';
@@ -18,7 +21,9 @@ import {
   renderScaleSummary,
   type MaintenanceLevel,
   type ScaleRun,
+  type VersionsRun,
 } from './scale/scale-report.js';
+import { describeVersions, fillVersionsTable, versionTimedStatements } from './scale/versions.js';
 import { startBenchPostgres } from './support/bench-postgres.js';
 
 /**
@@ -64,21 +69,38 @@ try {
   const table = claimTable(undefined);
   const statements = claimStatements(table);
   const maintenance = maintenanceStatements(table, { retentionBatchSize: options.retentionBatchSize });
+  const versions = versionTable(table);
+  const versionMaintenance = versionMaintenanceStatements(versions, {
+    retentionBatchSize: options.retentionBatchSize,
+  });
+  const ordered = {
+    statement: orderedClaimStatements(table, versions).applyEqual,
+    entities: options.entities,
+  };
 
   log(`claims on the empty table: ${options.clients} clients, ${options.durationS} s per mode`);
-  const empty = await measureBothModes(database.url, statements, options.clients, options.durationS);
+  const empty = await measureBothModes(database.url, statements, options.clients, options.durationS, ordered);
   for (const result of empty) log(`empty ${result.mode}: ${result.claimsPerSecond} claims/s`);
   // The empty table's claims are not part of the traffic the fill shapes.
-  await client.query(`TRUNCATE ${table.sql}`);
+  await client.query(`TRUNCATE ${table.sql}, ${versions.sql}`);
 
   log(`filling ${options.rows} rows over ${options.days} days, ${options.expired[0]} expired leases`);
   const fill = await fillClaimsTable(client, table, options, log);
   log(`VACUUM (ANALYZE) took ${formatSeconds(fill.vacuumSeconds)}`);
   const filledTable = await describeTable(client, table, options);
   log(`table: ${JSON.stringify(filledTable)}`);
+  log(`filling the versions table with ${options.entities} entities`);
+  const versionsFill = await fillVersionsTable(client, versions, options, log);
+  log(`versions: ${JSON.stringify(versionsFill)}`);
 
-  log(`claims on ${shortCount(options.rows)} rows`);
-  const filled = await measureBothModes(database.url, statements, options.clients, options.durationS);
+  log(`claims on ${shortCount(options.rows)} rows, ${shortCount(options.entities)} entities`);
+  const filled = await measureBothModes(
+    database.url,
+    statements,
+    options.clients,
+    options.durationS,
+    ordered,
+  );
   for (const result of filled)
     log(`${shortCount(options.rows)} ${result.mode}: ${result.claimsPerSecond} claims/s`);
 
@@ -147,6 +169,52 @@ try {
     }
   }
 
+  log('versions retention, with the backlog the fill left');
+  const versionTimings = await timeStatements(
+    client,
+    versionTimedStatements(versions, versionMaintenance, options),
+    options.runs,
+    log,
+  );
+  const versionRetention = await runRetention(
+    client,
+    'versions retention batch',
+    versionMaintenance.retentionBatch,
+    [options.retentionDays],
+    options.retentionBatchSize,
+    Math.max(1, options.retentionBatches),
+  );
+  log(`versions retention: ${JSON.stringify(versionRetention)}`);
+  // What every report pays once retention has caught up: nothing older than retentionDays left.
+  await client.query(
+    `DELETE FROM ${versions.sql} WHERE applied_at < now() - $1::double precision * interval '1 day'`,
+    [options.retentionDays],
+  );
+  await client.query(`VACUUM (ANALYZE) ${versions.sql}`);
+  const caughtUpTable = await describeVersions(client, versions, options);
+  log('versions retention, caught up');
+  const caughtUpTimings = await timeStatements(
+    client,
+    versionTimedStatements(versions, versionMaintenance, options),
+    options.runs,
+    log,
+  );
+  const versionsRun: VersionsRun = {
+    fill: versionsFill,
+    timings: versionTimings,
+    retention: versionRetention,
+    caughtUp: { table: caughtUpTable, timings: caughtUpTimings },
+  };
+  for (const [label, timings] of [
+    ['with the backlog', versionTimings],
+    ['caught up', caughtUpTimings],
+  ] as const) {
+    const { met, worst } = goal({ timings });
+    log(
+      `versions goal ${label} ${met ? 'met' : 'missed'}: ${worst.name} (${worst.plan}) ${worst.executionMs.median} ms`,
+    );
+  }
+
   const run: ScaleRun = {
     options,
     environment,
@@ -157,6 +225,7 @@ try {
     claims: { empty, filled },
     levels,
     retention,
+    versions: versionsRun,
   };
   await writeFile(join(RESULTS_DIR, `${name}.json`), `${JSON.stringify(run, null, 2)}\n`);
   await writeFile(join(RESULTS_DIR, `${name}.md`), renderScaleMarkdown(run));

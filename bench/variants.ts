@@ -9,6 +9,7 @@ export const VARIANTS = [
   'raw-tx',
   'raw-tx-intercepted',
   'lib-tx',
+  'lib-tx-ordered',
   'raw-lease',
   'lib-external',
   'lib-request',
@@ -26,6 +27,8 @@ export const VARIANT_DESCRIPTIONS: Record<Variant, string> = {
   'raw-tx-intercepted':
     'raw-tx behind a Nest interceptor that does nothing (reference: what any interceptor costs)',
   'lib-tx': '`@IdempotentWebhook` transaction mode doing the same insert',
+  'lib-tx-ordered':
+    'lib-tx with the ordering guard on (`order: stripeEventOrder()`): a new entity per event, so a version insert',
   'raw-lease': 'hand-written fix two: lease upsert, insert, mark done',
   'lib-external': '`@IdempotentWebhook({ external: true })` doing the same insert',
   'lib-request':
@@ -48,6 +51,14 @@ export const HEADLINE_PAIRS = [
 export const REQUEST_PAIRS = [
   { name: 'lib-request/lib-tx', lib: 'lib-request', raw: 'lib-tx' },
   { name: 'lib-request/raw-request', lib: 'lib-request', raw: 'raw-request' },
+] as const satisfies readonly Pair[];
+
+/**
+ * What the ordering guard costs: the same route's handler with `order` on and off, interleaved
+ * like the headline pairs, in quick runs too. Goal: below 10%, and no round trip more.
+ */
+export const GUARD_PAIRS = [
+  { name: 'lib-tx-ordered/lib-tx', lib: 'lib-tx-ordered', raw: 'lib-tx' },
 ] as const satisfies readonly Pair[];
 
 /**
@@ -79,6 +90,7 @@ export const SCOPES: Record<Exclude<Variant, 'none'>, string> = {
   'raw-tx': 'bench:raw-tx',
   'raw-tx-intercepted': 'bench:raw-tx-intercepted',
   'lib-tx': 'bench:lib-tx',
+  'lib-tx-ordered': 'bench:lib-tx-ordered',
   'raw-lease': 'bench:raw-lease',
   'lib-external': 'bench:lib-external',
   'lib-request': 'bench:lib-request',

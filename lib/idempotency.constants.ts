@@ -13,6 +13,12 @@ export const IDEMPOTENCY_CONFIG = Symbol('IDEMPOTENCY_CONFIG');
 /** Response header set on answers to deliveries that were already processed. */
 export const REPLAYED_HEADER = 'Idempotent-Replayed';
 
+/**
+ * Response header (`true`) set on answers to deliveries the ordering guard found stale: older than
+ * the version already applied to their entity, so not applied (docs/ordering.md).
+ */
+export const STALE_HEADER = 'Idempotent-Stale';
+
 /** Scope under which the expired-lease reporter claims its ticks, so one replica reports per tick. */
 export const REPORTER_SCOPE = 'idempotency:expired-lease-reporter';
 

@@ -14,6 +14,7 @@ import type { ConflictState } from './core/claim-check.js';
 /** Stable identifiers of the errors below, also sent to RPC callers as `code`. */
 export type IdempotencyErrorCode =
   | 'IDEMPOTENCY_INVALID_KEY'
+  | 'IDEMPOTENCY_INVALID_ORDER'
   | 'IDEMPOTENCY_IN_FLIGHT'
   | 'IDEMPOTENCY_UNAVAILABLE'
   | 'IDEMPOTENCY_TRANSACTION_ABORTED'
@@ -46,6 +47,7 @@ function brandedCode(value: unknown): IdempotencyErrorCode | undefined {
 /** The class of each code's errors, for isIdempotencyError's narrowing. */
 interface ErrorOfCode {
   IDEMPOTENCY_INVALID_KEY: InvalidIdempotencyKeyError;
+  IDEMPOTENCY_INVALID_ORDER: InvalidEventOrderError;
   IDEMPOTENCY_IN_FLIGHT: EventInFlightError;
   IDEMPOTENCY_UNAVAILABLE: IdempotencyUnavailableError;
   IDEMPOTENCY_TRANSACTION_ABORTED: TransactionAbortedError;
@@ -152,6 +154,20 @@ export abstract class IdempotencyError extends HttpException {
 export class InvalidIdempotencyKeyError extends IdempotencyError {
   static override readonly CODES = ['IDEMPOTENCY_INVALID_KEY'] as const;
   readonly code = 'IDEMPOTENCY_INVALID_KEY' as const;
+
+  constructor(message: string, scope: string, key: string | undefined) {
+    super(message, scope, key, 400);
+  }
+}
+
+/**
+ * 400. The ordering guard could not read the delivery: its entity or version extractor threw or
+ * returned something it cannot compare (see `EventOrderOptions`). Nothing was written, and a
+ * redelivery of the same event will fail the same way.
+ */
+export class InvalidEventOrderError extends IdempotencyError {
+  static override readonly CODES = ['IDEMPOTENCY_INVALID_ORDER'] as const;
+  readonly code = 'IDEMPOTENCY_INVALID_ORDER' as const;
 
   constructor(message: string, scope: string, key: string | undefined) {
     super(message, scope, key, 400);

@@ -18,6 +18,7 @@ import { DELIVERY_TRANSPORT_REGISTRY, deliveryTransportProviders } from './trans
 import { IdempotencyExplorer } from './transports/idempotency.explorer.js';
 import { IdempotencyInterceptor } from './transports/idempotency.interceptor.js';
 import { KeyFindings } from './transports/key-findings.js';
+import { OrderingExplorer } from './transports/ordering.explorer.js';
 import { HandoffMetrics } from './transports/queue/handoff-metrics.js';
 import { HandoffQueues } from './transports/queue/handoff-queues.service.js';
 import { QueueHandoff } from './transports/queue/queue-handoff.js';
@@ -56,6 +57,8 @@ import { QueueHandoff } from './transports/queue/queue-handoff.js';
     // Key checks: key_conflict and key_unstable, logged once per handler.
     KeyFindings,
     IdempotencyExplorer,
+    // Checks the versions table at boot when a handler has an ordering guard.
+    OrderingExplorer,
     SignatureGuardsExplorer,
     IdempotencyContext,
     ExpiredLeaseReporter,

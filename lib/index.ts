@@ -35,6 +35,8 @@ export type {
   IdempotentWorkerOptions,
   WebhookFingerprint,
   WebhookSignatureName,
+  EventOrderExtractor,
+  EventOrderOptions,
 } from './interfaces/index.js';
 export type { StoredResponse } from './core/claim-check.js';
 export type { IdempotencyMode } from './strategies/claim-strategies.js';
@@ -52,6 +54,16 @@ export {
   stripeEventKey,
 } from './keys/webhook-keys.js';
 
+// Ordering guards for the senders the library knows: the newest event of each object wins.
+export {
+  isoTimestampVersion,
+  shopifyWebhookOrder,
+  standardWebhookOrder,
+  stripeEventOrder,
+  type ShopifyWebhookOrderOptions,
+  type StripeEventOrderOptions,
+} from './keys/webhook-orders.js';
+
 // Signature guards.
 export { WebhookSignatureGuard } from './guards/webhook-signature.guard.js';
 export { StripeSignatureGuard } from './guards/stripe-signature.guard.js';
@@ -66,6 +78,7 @@ export {
   IdempotencyKeyReusedError,
   IdempotencyOwnerUnknownError,
   IdempotencyUnavailableError,
+  InvalidEventOrderError,
   InvalidIdempotencyKeyError,
   isIdempotencyError,
   MissingIdempotencyKeyError,
@@ -90,7 +103,7 @@ export {
   TransactionAbortedException,
 } from './transports/http/http-exceptions.js';
 export type { IdempotencyRpcError } from './transports/rpc/rpc.transport.js';
-export { REPLAYED_HEADER } from './idempotency.constants.js';
+export { REPLAYED_HEADER, STALE_HEADER } from './idempotency.constants.js';
 
 // The claims table: entity and migrations.
 export {
@@ -99,6 +112,7 @@ export {
   ProcessedEvent,
   type ProcessedEventStatus,
 } from './entities/processed-event.entity.js';
+export { ProcessedEventVersion } from './entities/processed-event-version.entity.js';
 export {
   IDEMPOTENCY_MIGRATIONS,
   processedEventsMigrations,

@@ -190,7 +190,7 @@ export interface AdapterResult {
   asyncWork?: Record<Variant, { unique: AsyncWork; duplicate: AsyncWork }>;
   /** Does the library send more round trips than the hand-written SQL on the happy path? */
   happyPath: Record<
-    'lib-tx vs raw-tx' | 'lib-external vs raw-lease',
+    'lib-tx vs raw-tx' | 'lib-external vs raw-lease' | 'lib-tx-ordered vs lib-tx',
     { lib: number; raw: number; extra: number }
   >;
   cells: CellResult[];

@@ -2,11 +2,23 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { DEFAULTS } from '../../lib/idempotency.constants.js';
 import { claimAfterSql, type ClaimStatements } from '../../lib/postgres/claim.sql.js';
-import { claimQuery } from '../../lib/postgres/statement-executor.js';
+import { orderedClaimTypes } from '../../lib/postgres/ordered-claim.sql.js';
+import { claimQuery, type ClaimStatement } from '../../lib/postgres/statement-executor.js';
 import { round, summarize, type LatencySummary } from '../load/percentiles.js';
+import { filledEntity, NEWER_THAN_FILLED } from './versions.js';
 
-/** The claim modes measured: the library's own statements, as its strategies send them. */
-export type ClaimMode = 'transaction' | 'external';
+/**
+ * The claim modes measured: the library's own statements, as its strategies send them.
+ * `ordered` is transaction mode with the ordering guard: the ordered claim, on an entity of the
+ * versions fill (an update of its version once the table is filled).
+ */
+export type ClaimMode = 'transaction' | 'ordered' | 'external';
+
+/** The ordering guard's claim and the entities it picks from. */
+export interface OrderedClaims {
+  statement: ClaimStatement;
+  entities: number;
+}
 
 /** One claim mode's throughput for new keys. */
 export interface ClaimThroughput {
@@ -22,8 +34,11 @@ export interface ClaimThroughput {
 }
 
 const LOCK_TIMEOUT = `${DEFAULTS.concurrentDuplicateWaitMs}ms`;
+/** Versions the ordered claims send, each newer than the last. */
+let versionCounter = 0;
 const SCOPES: Record<ClaimMode, { scope: string; source: string }> = {
   transaction: { scope: 'bench:scale-transaction', source: 'stripe' },
+  ordered: { scope: 'bench:scale-ordered', source: 'stripe' },
   external: { scope: 'bench:scale-external', source: 'stripe' },
 };
 
@@ -40,6 +55,7 @@ async function runClaims(
   mode: ClaimMode,
   clients: number,
   seconds: number,
+  ordered: OrderedClaims,
 ): Promise<{ latencies: number[]; failures: number; elapsedS: number }> {
   const connections = await Promise.all(
     Array.from({ length: clients }, async () => {
@@ -61,12 +77,26 @@ async function runClaims(
         for (let n = 0; performance.now() < deadline; n++) {
           const key = `evt_${tag}${index.toString(36)}${n.toString(36).padStart(12, '0')}`;
           const start = performance.now();
-          if (mode === 'transaction') {
-            const literals = [scope, key, source, LOCK_TIMEOUT].map((value) => client.escapeLiteral(value));
+          if (mode === 'transaction' || mode === 'ordered') {
+            const values = [scope, key, source, LOCK_TIMEOUT];
+            if (mode === 'ordered') {
+              const pick = filledEntity(1 + Math.floor(Math.random() * ordered.entities));
+              values.push(pick.scope, pick.entity, String(NEWER_THAN_FILLED + (versionCounter += 1)));
+            }
+            const literals = values.map((value) => client.escapeLiteral(value));
             const how = prepared ? 'execute' : 'prepare-and-execute';
-            const results = (await client.query(
-              claimAfterSql(statements, 'BEGIN', literals, how),
-            )) as unknown as pg.QueryResult[];
+            const sql =
+              mode === 'ordered'
+                ? claimAfterSql(
+                    statements,
+                    'BEGIN',
+                    literals,
+                    how,
+                    ordered.statement,
+                    orderedClaimTypes(false),
+                  )
+                : claimAfterSql(statements, 'BEGIN', literals, how);
+            const results = (await client.query(sql)) as unknown as pg.QueryResult[];
             prepared = true;
             if (results.at(-1)?.rows[0]?.claimed !== true) failures++;
             await client.query('COMMIT');
@@ -96,26 +126,28 @@ async function runClaims(
 }
 
 /**
- * Both modes, alternating in two halves each (transaction, external, external, transaction), so
- * drift on a shared machine falls on both; the halves are summed.
+ * Every mode, alternating in two halves each (transaction, ordered, external, then back), so
+ * drift on a shared machine falls on all; the halves are summed.
  */
 export async function measureBothModes(
   url: string,
   statements: ClaimStatements,
   clients: number,
   seconds: number,
+  ordered: OrderedClaims,
 ): Promise<ClaimThroughput[]> {
   const runs: Record<ClaimMode, { latencies: number[]; failures: number; elapsedS: number }> = {
     transaction: { latencies: [], failures: 0, elapsedS: 0 },
+    ordered: { latencies: [], failures: 0, elapsedS: 0 },
     external: { latencies: [], failures: 0, elapsedS: 0 },
   };
-  for (const mode of ['transaction', 'external', 'external', 'transaction'] as const) {
-    const half = await runClaims(url, statements, mode, clients, seconds / 2);
+  for (const mode of ['transaction', 'ordered', 'external', 'external', 'ordered', 'transaction'] as const) {
+    const half = await runClaims(url, statements, mode, clients, seconds / 2, ordered);
     runs[mode].latencies.push(...half.latencies);
     runs[mode].failures += half.failures;
     runs[mode].elapsedS += half.elapsedS;
   }
-  return (['transaction', 'external'] as const).map((mode) => {
+  return (['transaction', 'ordered', 'external'] as const).map((mode) => {
     const { latencies, failures, elapsedS } = runs[mode];
     return {
       mode,

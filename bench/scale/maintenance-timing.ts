@@ -62,7 +62,7 @@ export interface StatementTiming {
 
 /** Committed retention batches in a row, as one reporter run sends them. */
 export interface RetentionRun {
-  statement: 'retention batch' | 'abandoned retention batch';
+  statement: 'retention batch' | 'abandoned retention batch' | 'versions retention batch';
   batches: number;
   rowsDeleted: number;
   batchMs: { median: number; max: number };

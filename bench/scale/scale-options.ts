@@ -5,6 +5,8 @@ import { DEFAULTS } from '../../lib/idempotency.constants.js';
 export interface ScaleOptions {
   /** Rows in the claims table after the fill. */
   rows: number;
+  /** Entities in the ordering guard's versions table after its fill (one row each). */
+  entities: number;
   /** Days of traffic the rows are spread over. */
   days: number;
   /**
@@ -34,7 +36,7 @@ export interface ScaleOptions {
 /** Rows of the default run: 35 days of a few events a second. */
 export const DEFAULT_ROWS = 10_000_000;
 
-const USAGE = `npm run bench:scale -- [--rows 10M] [--days 35] [--expired N[,N...]] [--clients 10]
+const USAGE = `npm run bench:scale -- [--rows 10M] [--entities 10M] [--days 35] [--expired N[,N...]] [--clients 10]
   [--duration S] [--runs N] [--retention-batches N] [--chunk ROWS] [--keep]`;
 
 /** `10M`, `200k`, `141000`. */
@@ -58,6 +60,7 @@ export function parseScaleOptions(argv: string[]): ScaleOptions {
       rows: { type: 'string' },
       days: { type: 'string', default: '35' },
       expired: { type: 'string' },
+      entities: { type: 'string' },
       chunk: { type: 'string', default: '250k' },
       clients: { type: 'string', default: '10' },
       duration: { type: 'string', default: '10' },
@@ -87,8 +90,11 @@ export function parseScaleOptions(argv: string[]): ScaleOptions {
       `--days: more than ${DEFAULTS.retentionDays} days of retention, or retention has nothing to do`,
     );
   }
+  const entities = values.entities === undefined ? DEFAULT_ROWS : count(values.entities, 'entities');
+  if (entities < 1_000) throw new Error(`--entities: at least 1k entities\n${USAGE}`);
   return {
     rows,
+    entities,
     days,
     expired,
     expiredGiven: values.expired !== undefined,

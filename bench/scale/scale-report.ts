@@ -2,6 +2,21 @@ import type { ClaimThroughput } from './claim-throughput.js';
 import { FILL_SHAPE, formatSeconds, type FillResult, type TableState } from './fill.js';
 import type { RetentionRun, StatementTiming } from './maintenance-timing.js';
 import { shortCount, type ScaleOptions } from './scale-options.js';
+import type { VersionsFill } from './versions.js';
+
+/** The ordering guard's versions table at scale: its fill, its retention statement, timed. */
+export interface VersionsRun {
+  fill: VersionsFill;
+  /** With the retention backlog the fill left (versions older than retentionDays). */
+  timings: StatementTiming[];
+  /** Committed batches in a row. */
+  retention: RetentionRun;
+  /** Once nothing is older than retentionDays: what every report pays. */
+  caughtUp: {
+    table: Pick<VersionsFill, 'heapMb' | 'indexesMb' | 'retentionBacklog'>;
+    timings: StatementTiming[];
+  };
+}
 
 /** The goal of issue 11: every maintenance statement under this at 10M rows. */
 export const GOAL_MS = 25;
@@ -28,10 +43,11 @@ export interface ScaleRun {
   claims: { empty: ClaimThroughput[]; filled: ClaimThroughput[] };
   levels: MaintenanceLevel[];
   retention: RetentionRun[];
+  versions?: VersionsRun;
 }
 
 /** The statements held to the goal: both plan modes, by the median of the server and of the client. */
-export function goal(level: MaintenanceLevel): { met: boolean; worst: StatementTiming } {
+export function goal(level: Pick<MaintenanceLevel, 'timings'>): { met: boolean; worst: StatementTiming } {
   const held = level.timings.filter((timing) => timing.role === 'library');
   const worst = held.reduce((a, b) =>
     Math.max(a.executionMs.median, a.wallMs.median) >= Math.max(b.executionMs.median, b.wallMs.median)
@@ -63,7 +79,7 @@ function planCell(timing: StatementTiming): string {
   return timing.scans.length ? `${timing.topNode} ← ${timing.scans.join(', ')}` : timing.topNode;
 }
 
-function timingsTable(level: MaintenanceLevel): string[] {
+function timingsTable(level: Pick<MaintenanceLevel, 'timings'>): string[] {
   const lines = [
     `| statement | plan | execution ms, median (max) | planning ms | wall ms, median (max) | rows | pages | plan | under ${GOAL_MS} ms |`,
     '|---|---|---:|---:|---:|---:|---:|---|---|',
@@ -82,7 +98,7 @@ function timingsTable(level: MaintenanceLevel): string[] {
 }
 
 /** What each `before` and `alternative` row is. */
-function notes(level: MaintenanceLevel): string[] {
+function notes(level: Pick<MaintenanceLevel, 'timings'>): string[] {
   const seen = new Map<string, string>();
   for (const timing of level.timings)
     if (timing.note) seen.set(timing.name, `${timing.role}: ${timing.note}`);
@@ -116,6 +132,45 @@ function retentionTable(run: ScaleRun): string[] {
   return lines;
 }
 
+function versionsLine(table: Pick<VersionsFill, 'heapMb' | 'indexesMb' | 'retentionBacklog'>): string {
+  const indexes = Object.entries(table.indexesMb)
+    .map(([name, mb]) => `${name} ${mb} MB`)
+    .join(', ');
+  return `Heap ${table.heapMb} MB; indexes: ${indexes}. Retention backlog: ${table.retentionBacklog} versions older than the retention.`;
+}
+
+/** The versions section: the fill, the retention statement with a backlog and caught up, committed batches. */
+function versionsSection(run: ScaleRun, heading: string): string[] {
+  const versions = run.versions;
+  if (!versions) return [];
+  const { fill } = versions;
+  const withBacklog = goal({ timings: versions.timings });
+  const caughtUp = goal({ timings: versions.caughtUp.timings });
+  return [
+    heading,
+    '',
+    `The ordering guard's versions table (\`processed_events_versions\`) filled with ${fill.entities} entities, one ` +
+      `row each, applied over the same ${run.options.days} days, in ${formatSeconds(fill.seconds)} ` +
+      `(${fill.rowsPerSecond} rows/s), VACUUM (ANALYZE) in ${formatSeconds(fill.vacuumSeconds)}. ` +
+      versionsLine(fill),
+    '',
+    `Its retention statement (rolled back after each run; goal under ${GOAL_MS} ms: ` +
+      `**${withBacklog.met ? 'met' : 'missed'}** with the backlog, ` +
+      `**${caughtUp.met ? 'met' : 'missed'}** caught up):`,
+    '',
+    ...timingsTable({ timings: versions.timings }),
+    '',
+    ...notes({ timings: versions.timings }),
+    `Caught up (the backlog deleted, VACUUM): ${versionsLine(versions.caughtUp.table)}`,
+    '',
+    ...timingsTable({ timings: versions.caughtUp.timings }),
+    '',
+    `Committed, batch after batch: ${versions.retention.batches} batches, ${versions.retention.rowsDeleted} ` +
+      `versions deleted, ${ms(versions.retention.batchMs)} ms per batch, ${versions.retention.rowsPerSecond} rows/s.`,
+    '',
+  ];
+}
+
 /** The Markdown report of a scale run. */
 export function renderScaleMarkdown(run: ScaleRun): string {
   const { options, fill } = run;
@@ -145,6 +200,8 @@ export function renderScaleMarkdown(run: ScaleRun): string {
     '',
     `${options.clients} connections claiming new keys with the library's per-delivery statements, prepared ` +
       `(transaction mode: \`BEGIN; EXECUTE idempotency_transaction_claim(...)\` in one query, then \`COMMIT\`; ` +
+      `ordered: the same with the ordering guard's claim, on a random entity of the versions fill (an insert ` +
+      `before the fill, an update of one of ${shortCount(options.entities)} after it); ` +
       `external mode: the lease claim, then the fenced completion), no app in front; ${options.durationS} s per ` +
       'mode in two alternating halves, on the empty table before the fill and on the filled one:',
     '',
@@ -174,6 +231,7 @@ export function renderScaleMarkdown(run: ScaleRun): string {
       '',
     );
   }
+  lines.push(...versionsSection(run, "## The ordering guard's versions"));
   if (run.retention.length) {
     lines.push(
       '## Retention, committed batch after batch',
@@ -212,5 +270,6 @@ export function renderScaleSummary(run: ScaleRun, file: string): string {
   }
   if (run.retention.length)
     lines.push('', 'Retention, committed batch after batch:', '', ...retentionTable(run));
+  if (run.versions) lines.push('', ...versionsSection(run, "The ordering guard's versions:"));
   return lines.join('\n');
 }

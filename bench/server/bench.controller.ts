@@ -13,7 +13,12 @@ import {
 } from '@nestjs/common';
 import type pg from 'pg';
 import { DataSource, type EntityManager } from 'typeorm';
-import { IdempotentRequest, IdempotentWebhook, WebhookTransaction } from '../../lib/index.js';
+import {
+  IdempotentRequest,
+  IdempotentWebhook,
+  stripeEventOrder,
+  WebhookTransaction,
+} from '../../lib/index.js';
 import type { BenchEvent } from '../load/stripe-event.js';
 import { SCOPES, type Variant } from '../variants.js';
 import {
@@ -85,6 +90,19 @@ export class BenchController {
   @IdempotentWebhook({ key: eventKey, scope: SCOPES['lib-tx'], source: SOURCE })
   async libTx(@Body() event: BenchEvent, @WebhookTransaction() manager: EntityManager) {
     await manager.query(ORDER_INSERT, order(event, 'lib-tx'));
+    return RECEIVED;
+  }
+
+  /** lib-tx with the ordering guard on: the same handler, the claim sent as the ordered claim. */
+  @Post('lib-tx-ordered')
+  @IdempotentWebhook({
+    key: eventKey,
+    scope: SCOPES['lib-tx-ordered'],
+    source: SOURCE,
+    order: stripeEventOrder(),
+  })
+  async libTxOrdered(@Body() event: BenchEvent, @WebhookTransaction() manager: EntityManager) {
+    await manager.query(ORDER_INSERT, order(event, 'lib-tx-ordered'));
     return RECEIVED;
   }
 

@@ -8,7 +8,7 @@ import { BENCH_POOL, BenchController } from './bench.controller.js';
 /** How the bench server is configured; the same for every variant. */
 export interface BenchServerSettings {
   databaseUrl: string;
-  /** pg pool size, shared by all six variants. */
+  /** pg pool size, shared by every variant. */
   poolSize: number;
   /** The library's `concurrentDuplicateWaitMs`; undefined keeps its default. */
   duplicateWaitMs?: number;
@@ -16,7 +16,7 @@ export interface BenchServerSettings {
   preparedStatements?: boolean | 'auto';
 }
 
-/** The bench app: TypeORM on one pg pool, the library with its defaults, six routes. */
+/** The bench app: TypeORM on one pg pool, the library with its defaults, one route per variant. */
 @Module({})
 export class BenchModule {
   static forRoot(settings: BenchServerSettings): DynamicModule {

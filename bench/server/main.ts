@@ -18,7 +18,7 @@ import {
 } from './query-counter.js';
 
 /**
- * The bench server: one Nest app serving all six variants, run in its own process (forked by
+ * The bench server: one Nest app serving every variant, run in its own process (forked by
  * bench/run.ts, which is also the load generator) and driven over the IPC channel.
  * Environment: BENCH_DATABASE_URL, BENCH_ADAPTER (express | fastify), BENCH_POOL_SIZE,
  * BENCH_DUPLICATE_WAIT_MS and BENCH_PREPARED_STATEMENTS (true | false | auto; optional).

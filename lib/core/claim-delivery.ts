@@ -34,6 +34,12 @@ export interface IdempotentDelivery {
    */
   readonly signal: AbortSignal;
   /**
+   * True when the handler's ordering guard found this event older than the version its entity has
+   * (the handler runs for it only with `runStale`): apply nothing that the newer event already set.
+   * False otherwise, and always without the guard.
+   */
+  readonly stale: boolean;
+  /**
    * Runs `fn` once the claim is recorded done: after the COMMIT (transaction mode; for a claim
    * that joined an enclosing delivery, after that delivery's COMMIT) or after the fenced
    * completion (external mode); never when the delivery fails or rolls back. For cache busts and
@@ -93,6 +99,10 @@ export class ClaimDelivery implements IdempotentDelivery {
 
   get signal(): AbortSignal {
     return this.handle.signal;
+  }
+
+  get stale(): boolean {
+    return this.handle.stale === true;
   }
 
   afterCommit(fn: () => unknown): void {

@@ -14,6 +14,7 @@ import { ClaimDelivery, type IdempotentDelivery } from './claim-delivery.js';
 import type { ClaimCheck } from './claim-check.js';
 import type { ClaimResult } from './claim-result.js';
 import type { ClaimHandle, ClaimSpec, ClaimStrategy } from './claim-strategy.js';
+import type { EventOrder } from './event-order.js';
 import { currentDelivery, runInIdempotencyContext } from './idempotency-context.js';
 import { Propagation } from './propagation.js';
 
@@ -70,6 +71,9 @@ export class ClaimRunner implements OnModuleInit {
           result.retryAfterSeconds,
           this.config.inFlightStatus,
         );
+      case 'stale':
+        // Only @IdempotentWebhook takes an ordering guard, and it claims through execute().
+        throw new Error(`${spec.scope} has no ordering guard, yet its claim was answered stale`);
     }
   }
 
@@ -77,6 +81,7 @@ export class ClaimRunner implements OnModuleInit {
    * The claim itself, for transports that answer each result their own way (the interceptor):
    * no error is made for an in-flight duplicate, which a storm answers many times a second. A
    * claim made while another delivery runs follows the spec's propagation (see Propagation).
+   * `order` is the delivery's place in its entity's order, for a handler with an ordering guard.
    */
   execute<T>(
     spec: ClaimSpec,
@@ -84,6 +89,8 @@ export class ClaimRunner implements OnModuleInit {
     work: (delivery: ClaimDelivery) => Promise<T>,
     /** Key checks: the delivery's fingerprint, for handlers whose spec has checks. */
     check?: ClaimCheck,
+    /** The ordering guard: the delivery's entity and version, for handlers with `order`. */
+    order?: EventOrder,
   ): Promise<ClaimResult<T>> {
     const strategy = this.strategies.get(spec.mode)!;
     const run = (handle: ClaimHandle) => {
@@ -97,7 +104,7 @@ export class ClaimRunner implements OnModuleInit {
     };
     const enclosing = currentDelivery();
     if (enclosing === undefined && spec.propagation !== Propagation.Mandatory) {
-      return strategy.run(spec, key, run, undefined, check);
+      return strategy.run(spec, key, run, undefined, check, order);
     }
     let joined: ClaimHandle | undefined;
     try {
@@ -105,7 +112,7 @@ export class ClaimRunner implements OnModuleInit {
     } catch (error) {
       return Promise.reject(error);
     }
-    return strategy.run(spec, key, run, joined, check);
+    return strategy.run(spec, key, run, joined, check, order);
   }
 
   /**

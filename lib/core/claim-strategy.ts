@@ -1,6 +1,7 @@
 import type { EntityManager } from 'typeorm';
 import type { ClaimCheck, ClaimChecks, StoredResponse } from './claim-check.js';
 import type { ClaimResult } from './claim-result.js';
+import type { EventOrder } from './event-order.js';
 import type { Propagation } from './propagation.js';
 
 /**
@@ -67,6 +68,11 @@ export interface ClaimHandle {
   readonly extendLease?: (ms?: number) => Promise<boolean>;
   /** Aborts when the claim is no longer this delivery's (external mode: lease lost or run out). */
   readonly signal: AbortSignal;
+  /**
+   * True when the ordering guard found the event older than its entity's applied version and the
+   * handler runs all the same (`runStale`). Undefined for a handle without the guard.
+   */
+  readonly stale?: boolean;
   /** Runs `fn` once the claim is recorded done (the COMMIT, or the fenced completion), never otherwise. */
   afterCommit(fn: () => unknown): void;
   /**
@@ -82,7 +88,9 @@ export interface ClaimHandle {
  * `replayed` or `in_flight`; it rejects with IdempotencyUnavailableError when the database
  * failed, TransactionAbortedError, or the work's own error. With `enclosing` (the handle of the
  * delivery this claim is made in, when the spec's propagation joins it), the claim is made inside
- * that delivery's transaction: only a strategy that can join one is asked to.
+ * that delivery's transaction: only a strategy that can join one is asked to. With `order` (the
+ * handler's ordering guard: transaction mode only, refused for external mode when the decorator is
+ * applied), the claim checks and advances the entity's version too, and may resolve `stale`.
  */
 export interface ClaimStrategy {
   run<T>(
@@ -92,5 +100,7 @@ export interface ClaimStrategy {
     enclosing?: ClaimHandle,
     /** Key checks: the delivery's fingerprint and what a conflict gets (with spec.checks). */
     check?: ClaimCheck,
+    /** The ordering guard: the delivery's entity and version, for handlers with `order`. */
+    order?: EventOrder,
   ): Promise<ClaimResult<T>>;
 }

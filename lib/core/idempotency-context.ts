@@ -73,6 +73,16 @@ export class IdempotencyContext {
     this.delivery.afterCommit(fn);
   }
 
+  /**
+   * True when the handler's ordering guard found this event older than the version its entity
+   * already has: the handler runs for such an event only with `order: { runStale: true }`. Apply
+   * nothing the newer event set (record it, or apply what does not go stale). Always false for a
+   * handler without the guard.
+   */
+  get stale(): boolean {
+    return this.delivery.stale;
+  }
+
   /** The event's key. */
   get key(): string {
     return this.delivery.key;

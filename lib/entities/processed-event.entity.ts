@@ -10,6 +10,7 @@ import {
 import { claimTable, DEFAULT_TABLE, type ClaimTable } from '../postgres/claim-table.js';
 import type { StoredResponse } from '../core/claim-check.js';
 import { claimTableNames } from '../postgres/schema.sql.js';
+import { ProcessedEventVersion, processedEventVersionSchema } from './processed-event-version.entity.js';
 
 /** Lifecycle of a claim. Transaction mode commits `done`, or records `failed`; external mode uses all three. */
 export type ProcessedEventStatus = 'in_progress' | 'done' | 'failed';
@@ -94,8 +95,11 @@ export class ProcessedEvent {
   response!: StoredResponse | null;
 }
 
-/** Entities to add to your TypeORM configuration: `entities: [...yours, ...IDEMPOTENCY_ENTITIES]`. */
-export const IDEMPOTENCY_ENTITIES = [ProcessedEvent];
+/**
+ * Entities to add to your TypeORM configuration: `entities: [...yours, ...IDEMPOTENCY_ENTITIES]`.
+ * The claims and the ordering guard's versions (ProcessedEventVersion).
+ */
+export const IDEMPOTENCY_ENTITIES = [ProcessedEvent, ProcessedEventVersion];
 
 /**
  * The entity of a claims table elsewhere (the module's `schema` and `table` options), with the
@@ -104,10 +108,16 @@ export const IDEMPOTENCY_ENTITIES = [ProcessedEvent];
  */
 export function idempotencyEntities(
   options: { schema?: string; table?: string } = {},
-): (typeof ProcessedEvent | EntitySchema<ProcessedEvent>)[] {
+): (
+  | typeof ProcessedEvent
+  | typeof ProcessedEventVersion
+  | EntitySchema<ProcessedEvent>
+  | EntitySchema<ProcessedEventVersion>
+)[] {
   if (options.schema === undefined && (options.table ?? DEFAULT_TABLE) === DEFAULT_TABLE)
     return IDEMPOTENCY_ENTITIES;
-  return [processedEventSchema(claimTable(options.schema, options.table))];
+  const table = claimTable(options.schema, options.table);
+  return [processedEventSchema(table), processedEventVersionSchema(table)];
 }
 
 function processedEventSchema(table: ClaimTable): EntitySchema<ProcessedEvent> {

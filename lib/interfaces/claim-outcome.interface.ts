@@ -4,6 +4,9 @@
  * - `replayed`: already done; answered 200 with `Idempotent-Replayed: true`, handler not called.
  * - `in_flight`: another worker holds the claim; answered 409 (or 503) with `Retry-After`.
  * - `reclaimed`: an expired lease or a failed attempt was taken over; the handler ran again.
+ * - `stale`: the ordering guard found the event older than its entity's applied version; its claim
+ *   is done, answered 200 with `Idempotent-Stale: true`, the handler not called (or called with
+ *   `context.stale`, with `runStale`).
  * - `failed`: the handler threw; the claim was rolled back (transaction), or marked failed (external;
  *   should the mark itself fail, the lease expires and the event is re-claimed then).
  * - `lease_lost`: an external handler returned or threw after another worker took its lease over.
@@ -24,6 +27,7 @@ export type ClaimOutcome =
   | 'replayed'
   | 'in_flight'
   | 'reclaimed'
+  | 'stale'
   | 'failed'
   | 'lease_lost'
   | 'expired'

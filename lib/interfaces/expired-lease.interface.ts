@@ -55,6 +55,8 @@ export interface ReporterRunResult {
   poison: PoisonEvent[];
   /** Done rows retention deleted. */
   deleted: number;
+  /** Versions of the ordering guard retention deleted (last applied more than `retentionDays` ago). */
+  deletedVersions: number;
   /** Claims that never finished, removed by retention (each also logged as a warning). */
   abandoned: AbandonedClaim[];
   /** Handoff jobs waiting in dead-letter queues (each also logged as an error); [] without `handoff`. */

@@ -1,4 +1,5 @@
 import type { Propagation } from '../core/propagation.js';
+import type { EventOrderOptions } from './event-order-options.interface.js';
 import type { IdempotencyMode } from '../strategies/claim-strategies.js';
 
 /**
@@ -96,6 +97,15 @@ export interface IdempotentWebhookOptions extends IdempotencyClaimOptions {
    * @default 'replay'
    */
   onKeyConflict?: 'replay' | 'refuse';
+  /**
+   * The ordering guard: the newest event of each entity wins, whatever order the sender delivers
+   * in. An event older than the version its entity has is stale: its claim is recorded done, the
+   * handler does not run, and it is answered 200 with `Idempotent-Stale: true`. Presets:
+   * `stripeEventOrder()`, `shopifyWebhookOrder()`, `standardWebhookOrder(entity)`. Transaction
+   * mode only (docs/ordering.md).
+   * @default undefined (no ordering: every new event runs)
+   */
+  order?: EventOrderOptions;
 }
 
 /** What a webhook's fingerprint is made of (see `IdempotentWebhookOptions.fingerprint`). */

@@ -22,6 +22,7 @@ import type {
   ReporterRunResult,
 } from '../interfaces/index.js';
 import { describeError } from '../idempotency.messages.js';
+import { applyVersionRetention } from './version-retention.js';
 
 const expiredLease = (scope: string, key: string, attempts: number, ago: number) =>
   `expired lease: ${scope} key ${key} (attempt ${attempts}) expired ${Math.round(ago / 1000)} s ago; its worker probably died`;
@@ -128,6 +129,7 @@ export class ExpiredLeaseReporter implements OnApplicationBootstrap, OnModuleDes
         expiredCount: 0,
         poison: [],
         deleted: 0,
+        deletedVersions: 0,
         abandoned: [],
         deadLettered: [],
       };
@@ -146,12 +148,15 @@ export class ExpiredLeaseReporter implements OnApplicationBootstrap, OnModuleDes
     }
     const deadLettered = await this.handoff.report(true);
     const { deleted, abandoned } = await this.applyRetention();
+    // The ordering guard's versions, kept as long as the claims that set them.
+    const deletedVersions = await applyVersionRetention(this.dataSource, this.database, this.config);
     return {
       skipped: false,
       expired: expired.leases,
       expiredCount,
       poison,
       deleted,
+      deletedVersions,
       abandoned,
       deadLettered,
     };

@@ -10,10 +10,12 @@ import {
   dropStoredResponseColumnsSql,
   dropUnfinishedIndexSql,
 } from '../postgres/schema.sql.js';
+import { createVersionTableSql, dropVersionTableSql } from '../postgres/version-schema.sql.js';
 import { CreateProcessedEvents1764547200000 } from './1764547200000-create-processed-events.migration.js';
 import { AddUnfinishedClaimsIndex1764892800000 } from './1764892800000-add-unfinished-claims-index.migration.js';
 import { AddFailedClaimsIndex1765238400000 } from './1765238400000-add-failed-claims-index.migration.js';
 import { AddStoredResponses1765584000000 } from './1765584000000-add-stored-responses.migration.js';
+import { CreateEventVersions1765670400000 } from './1765670400000-create-event-versions.migration.js';
 
 /** A migration class, as TypeORM's `migrations` option takes it. */
 export type MigrationClass = new () => MigrationInterface;
@@ -28,6 +30,8 @@ export const IDEMPOTENCY_MIGRATIONS: MigrationClass[] = [
   AddFailedClaimsIndex1765238400000,
   // Key checks and stored responses (fingerprint, response).
   AddStoredResponses1765584000000,
+  // The ordering guard's versions table.
+  CreateEventVersions1765670400000,
 ];
 
 /**
@@ -57,6 +61,7 @@ export function processedEventsMigrations(
       addStoredResponseColumnsSql,
       dropStoredResponseColumnsSql,
     ),
+    migration(`CreateEventVersions${tag}1765670400000`, table, createVersionTableSql, dropVersionTableSql),
   ];
 }
 

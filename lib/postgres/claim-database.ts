@@ -6,6 +6,12 @@ import { claimTable, type ClaimTable } from './claim-table.js';
 import { checkedClaimStatements } from './checked-claim.sql.js';
 import { claimStatements, type ClaimStatements } from './claim.sql.js';
 import { maintenanceStatements, type MaintenanceStatements } from './maintenance.sql.js';
+import { orderedClaimStatements, type OrderedClaimStatements } from './ordered-claim.sql.js';
+import {
+  versionMaintenanceStatements,
+  type VersionMaintenanceStatements,
+} from './version-maintenance.sql.js';
+import { versionTable, type VersionTable } from './version-table.js';
 import { PreparedStatements } from './prepared-statements.js';
 import { watchOutsideWrites } from './outside-write.subscriber.js';
 import { StatementExecutor } from './statement-executor.js';
@@ -62,6 +68,12 @@ export class ClaimDatabase implements OnModuleInit {
   readonly maintenance: MaintenanceStatements;
   readonly prepared: PreparedStatements;
   readonly executor: StatementExecutor;
+  /** The ordering guard's versions table, its claims and its retention (docs/ordering.md). */
+  readonly versions: VersionTable;
+  readonly ordered: OrderedClaimStatements;
+  /** The ordered claims of handlers with key checks (the fingerprint stored, a found one answered). */
+  readonly checkedOrdered: OrderedClaimStatements;
+  readonly versionMaintenance: VersionMaintenanceStatements;
 
   constructor(
     @Inject(IDEMPOTENCY_DATA_SOURCE) readonly dataSource: DataSource,
@@ -74,6 +86,10 @@ export class ClaimDatabase implements OnModuleInit {
     this.maintenance = maintenanceStatements(this.table, config);
     this.prepared = new PreparedStatements(config.preparedStatements, this.logger);
     this.executor = new StatementExecutor(dataSource, this.prepared);
+    this.versions = versionTable(this.table);
+    this.ordered = orderedClaimStatements(this.table, this.versions);
+    this.checkedOrdered = orderedClaimStatements(this.table, this.versions, true);
+    this.versionMaintenance = versionMaintenanceStatements(this.versions, config);
   }
 
   /**

@@ -126,6 +126,24 @@ export type ClaimValues =
   | readonly [scope: string, key: string, source: string, lockTimeout: string, fingerprint: string | null];
 
 /**
+ * A statement sent in place of the transaction claim that claims and does more in the same query
+ * (the ordering guard's version check: ordered-claim.sql.ts, strategies/event-ordering.ts), so the
+ * more costs no round trip. It takes the claim's values first (four, five with key checks) and answers the claim's columns
+ * (`claimed`, `status`, `previous`), which settle() reads as the claim's; `answered` hears the
+ * whole row first.
+ */
+export interface ClaimVariant {
+  /** The statement, prepared once per connection like the claim. */
+  readonly statement: ClaimStatement;
+  /** Its parameters' types, for PREPARE: the claim's, then its own. */
+  readonly types: readonly string[];
+  /** Its values after the claim's. */
+  readonly values: readonly string[];
+  /** Hears the statement's row, before what the claim found is settled. */
+  answered(row: Readonly<Record<string, unknown>>): void;
+}
+
+/**
  * A round whose PREPARE or EXECUTE finds the connection's prepared state other than this process
  * believed (42P05, 26000) did not run; it corrects the belief and goes again: the claim, then one
  * correction (which is all a direct connection after DEALLOCATE ALL needs). Behind a pooler in
@@ -199,6 +217,11 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
   private savepoints = 0;
   /** release() was called: the runner's release from then on is ours, not a lost connection's. */
   private released = false;
+  /**
+   * Set by the ordering guard (strategies/event-ordering.ts) when the event is older than its
+   * entity's applied version and the handler runs all the same (`runStale`): `context.stale`.
+   */
+  stale = false;
 
   constructor(
     /** The TypeORM runner whose connection the transaction runs on. */
@@ -231,21 +254,24 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
 
   /**
    * Begins the transaction and claims (scope, key, source) with the given lock_timeout, and says
-   * what the claim found. On an error the transaction may be open: roll back.
+   * what the claim found. With `variant`, that statement claims in the claim's place (and does
+   * more: the ordering guard). On an error the transaction may be open: roll back.
    */
-  async beginAndClaim(values: ClaimValues, check?: ClaimCheck): Promise<ClaimFound> {
+  async beginAndClaim(values: ClaimValues, check?: ClaimCheck, variant?: ClaimVariant): Promise<ClaimFound> {
     const client = (this.client = await connectRunner(this.runner));
     const { statements, isolationLevel, subscribed } = this.options;
     if (isolationLevel !== undefined && !ISOLATION_LEVELS.has(isolationLevel)) {
       // Left to TypeORM's startTransaction() to accept or reject.
       await this.runner.startTransaction();
-      const claimed = await client.query(claimQuery(statements.transactionClaim, [...values], false));
+      const claim = variant?.statement ?? statements.transactionClaim;
+      const claimed = await client.query(claimQuery(claim, [...values, ...(variant?.values ?? [])], false));
+      variant?.answered(claimed.rows[0] as Record<string, unknown>);
       return this.settle(client, claimed.rows[0] as ClaimRow, values, check);
     }
     if (subscribed) await this.runner.broadcaster.broadcast('BeforeTransactionStart');
     adoptTransaction(this.runner);
     const begin = isolationLevel ? `BEGIN ISOLATION LEVEL ${isolationLevel}` : 'BEGIN';
-    const row = await this.claimAfter(client, begin, 'ROLLBACK', values);
+    const row = await this.claimAfter(client, begin, 'ROLLBACK', values, variant);
     if (subscribed) await this.runner.broadcaster.broadcast('AfterTransactionStart');
     return this.settle(client, row, values, check);
   }
@@ -296,12 +322,15 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
     head: string,
     undo: string,
     values: ClaimValues,
+    variant?: ClaimVariant,
   ): Promise<ClaimRow> {
     const { statements, prepared } = this.options;
     // The simple protocol takes no parameters: the values go as literals, escaped by pg (a
     // delivery without a fingerprint has a NULL one).
-    const literals = values.map((value) => (value === null ? 'NULL' : client.escapeLiteral(value)));
-    const { name } = statements.transactionClaim;
+    const given = variant ? [...values, ...variant.values] : values;
+    const literals = given.map((value) => (value === null ? 'NULL' : client.escapeLiteral(value)));
+    const claim = variant?.statement ?? statements.transactionClaim;
+    const { name } = claim;
     for (let round = 1; ; round++) {
       const known = preparedConnections.get(client);
       const how =
@@ -313,10 +342,12 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
       try {
         // Several statements in one query answer with one result each; the claim's is the last.
         const results = (await client.query(
-          claimAfterSql(statements, head, literals, how),
+          claimAfterSql(statements, head, literals, how, claim, variant?.types),
         )) as unknown as QueryResult[];
         if (how === 'prepare-and-execute') remember(client, name, true);
-        return results[results.length - 1].rows[0] as ClaimRow;
+        const row = results[results.length - 1].rows[0] as ClaimRow;
+        variant?.answered(row as unknown as Record<string, unknown>);
+        return row;
       } catch (error) {
         // The claim itself failed (a duplicate's lock_timeout, say) after its PREPARE had run,
         // and a PREPARE outlives the rollback: the connection has the statement.

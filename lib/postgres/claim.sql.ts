@@ -17,6 +17,7 @@ import type { ClaimStatement } from './statement-executor.js';
  * failover to a standby that never received it) after the answer forgets a `done`, and the
  * redelivery runs the work a second time. With `on` the COMMIT returns only once the WAL is
  * flushed here and, with `synchronous_standby_names`, on the synchronous standby (docs/failover.md).
+ * Exported for the ordered claim (ordered-claim.sql.ts), which commits the same way.
  */
 export const DURABLE_COMMIT = `set_config('synchronous_commit',
   CASE WHEN current_setting('synchronous_commit') IN ('off', 'local', 'remote_write') THEN 'on'
@@ -248,9 +249,13 @@ WHERE scope = $1 AND event_key = $2 AND status = 'in_progress'`,
  * in one simple-protocol query (`claimAfterSql`). Prepared once per connection.
  */
 export function prepareTransactionClaimSql(statements: ClaimStatements, parameters = 4): string {
-  const { name, text } = statements.transactionClaim;
   // The checked claim (checked-claim.sql.ts) takes the fingerprint as a fifth text.
-  return `PREPARE ${name} (${Array(parameters).fill('text').join(', ')}) AS${text}`;
+  return prepareClaimSql(statements.transactionClaim, Array<string>(parameters).fill('text'));
+}
+
+/** PREPARE of `claim` (the transaction claim, or a variant that does more: ordered-claim.sql.ts). */
+function prepareClaimSql(claim: ClaimStatement, types: readonly string[]): string {
+  return `PREPARE ${claim.name} (${types.join(', ')}) AS${claim.text}`;
 }
 
 /**
@@ -259,19 +264,24 @@ export function prepareTransactionClaimSql(statements: ClaimStatements, paramete
  * statement (preceded by its PREPARE on a connection that has not run it); unprepared (behind a
  * transaction-mode pooler, where the next transaction may run on a server connection that never
  * saw the PREPARE), the claim's own text with the values inlined. The simple protocol takes no
- * parameters, so the four values come as literals, already escaped by pg's `escapeLiteral`.
+ * parameters, so the values come as literals, already escaped by pg's `escapeLiteral`.
+ * `claim` and `types` stand for a statement that claims and does more in the same query (the
+ * ordering guard's: ordered-claim.sql.ts); it takes the claim's values first, then its own.
  */
 export function claimAfterSql(
   statements: ClaimStatements,
   head: string,
   literals: readonly string[],
   how: 'execute' | 'prepare-and-execute' | 'inline',
+  claim: ClaimStatement = statements.transactionClaim,
+  /** The parameters' types for PREPARE; by default each a text (the claim's, and a fingerprint). */
+  types?: readonly string[],
 ): string {
-  const { name, text } = statements.transactionClaim;
+  const { name, text } = claim;
   if (how === 'inline')
     return `${head};${text.replace(/\$(\d)/g, (_, n: string) => literals[Number(n) - 1])}`;
   const execute = `EXECUTE ${name} (${literals.join(', ')})`;
   return how === 'prepare-and-execute'
-    ? `${head}; ${prepareTransactionClaimSql(statements, literals.length)}; ${execute}`
+    ? `${head}; ${prepareClaimSql(claim, types ?? Array<string>(literals.length).fill('text'))}; ${execute}`
     : `${head}; ${execute}`;
 }

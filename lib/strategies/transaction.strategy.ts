@@ -9,6 +9,7 @@ import {
 import type { ClaimResult } from '../core/claim-result.js';
 import type { ClaimHandle, ClaimSpec, ClaimStrategy } from '../core/claim-strategy.js';
 import { commitFaultsArmed, takeCommitFault } from '../core/commit-faults.js';
+import type { EventOrder } from '../core/event-order.js';
 import { DEFAULTS, IDEMPOTENCY_CONFIG } from '../idempotency.constants.js';
 import {
   EventInFlightError,
@@ -34,6 +35,7 @@ import {
   LOCK_NOT_AVAILABLE,
 } from '../postgres/pg-errors.js';
 import { databaseUnavailableError } from './database-unavailable.js';
+import { OrderedClaim } from './event-ordering.js';
 import { isRefusal } from './handler-refusal.js';
 import { InProcessWaiters } from './in-process-waiters.js';
 import { RetryAfterEstimator } from './retry-after.estimator.js';
@@ -86,7 +88,9 @@ export class TransactionStrategy implements ClaimStrategy {
 
   /**
    * Claims `key`, runs `work` in the claim's transaction and commits both, or neither. Inside
-   * another transaction-mode delivery (`enclosing`), in that delivery's transaction instead.
+   * another transaction-mode delivery (`enclosing`), in that delivery's transaction instead. With
+   * `order` (an `@IdempotentWebhook` ordering guard), the claim checks and advances the entity's
+   * version too; a webhook delivery is never made inside another, so a joined claim has none.
    */
   run<T>(
     spec: ClaimSpec,
@@ -94,6 +98,7 @@ export class TransactionStrategy implements ClaimStrategy {
     work: (handle: ClaimHandle) => Promise<T>,
     enclosing?: ClaimHandle,
     check?: ClaimCheck,
+    order?: EventOrder,
   ): Promise<ClaimResult<T>> {
     // A delivery made by the testing helpers has no claim transaction to join: it claims on its own.
     // A joined claim is an inner one (@Idempotent, run()): it has no key checks.
@@ -102,8 +107,8 @@ export class TransactionStrategy implements ClaimStrategy {
     const checked =
       check !== undefined && spec.checks !== undefined && this.database.keyChecks ? check : undefined;
     const id = `${spec.scope}\u0000${key}`;
-    if (this.waiters.has(id)) return this.afterFirst(id, spec, key, work, checked);
-    return this.claimAndRun(id, spec, key, work, checked);
+    if (this.waiters.has(id)) return this.afterFirst(id, spec, key, work, checked, order);
+    return this.claimAndRun(id, spec, key, work, checked, order);
   }
 
   /**
@@ -115,7 +120,8 @@ export class TransactionStrategy implements ClaimStrategy {
     spec: ClaimSpec,
     key: string,
     work: (handle: ClaimHandle) => Promise<T>,
-    check?: ClaimCheck,
+    check: ClaimCheck | undefined,
+    order: EventOrder | undefined,
   ): Promise<ClaimResult<T>> {
     // Key checks: a duplicate of another fingerprint than the running delivery's is refused now.
     if (check?.refuse && fingerprintsConflict(check.fingerprint, this.waiters.fingerprintOf(id))) {
@@ -128,7 +134,7 @@ export class TransactionStrategy implements ClaimStrategy {
       // Key checks: the first handed over its fingerprint and response; no round trip either way.
       if (outcome === 'committed') return this.replayed(spec, key, committed, check);
     }
-    return this.claimAndRun(id, spec, key, work, check);
+    return this.claimAndRun(id, spec, key, work, check, order);
   }
 
   /**
@@ -143,7 +149,8 @@ export class TransactionStrategy implements ClaimStrategy {
     spec: ClaimSpec,
     key: string,
     work: (handle: ClaimHandle) => Promise<T>,
-    check?: ClaimCheck,
+    check: ClaimCheck | undefined,
+    order: EventOrder | undefined,
   ): Promise<ClaimResult<T>> {
     // Registered before the first await, so a duplicate arriving meanwhile finds it.
     this.waiters.begin(id, check?.fingerprint);
@@ -151,6 +158,15 @@ export class TransactionStrategy implements ClaimStrategy {
     const values: ClaimValues = check
       ? [spec.scope, key, spec.source, this.lockTimeout, check.fingerprint]
       : [spec.scope, key, spec.source, this.lockTimeout];
+    // Ordering guard (event-ordering.ts): the claim is sent as the ordered claim, which checks and
+    // advances the entity's version in the same statement; it says whether the event is stale.
+    const ordered =
+      order &&
+      new OrderedClaim(
+        check ? this.database.checkedOrdered : this.database.ordered,
+        order,
+        check !== undefined,
+      );
     let done: ClaimTransaction | undefined;
     let value: T | undefined;
     // Key checks: a failed claim of another fingerprint, taken over ('warn'), is reported.
@@ -168,7 +184,7 @@ export class TransactionStrategy implements ClaimStrategy {
           const started = performance.now();
           let found: ClaimFound;
           try {
-            found = await transaction.beginAndClaim(values, check);
+            found = await transaction.beginAndClaim(values, check, ordered);
           } catch (error) {
             await transaction.rollbackQuietly();
             // Another delivery (at another replica) held the claim past concurrentDuplicateWaitMs.
@@ -190,9 +206,10 @@ export class TransactionStrategy implements ClaimStrategy {
             return this.inFlight(spec, key, found.heldMs, found.secondsLeft, found.conflict);
           }
 
-          // 2. The work, in the claim's transaction.
+          // 2. The work, in the claim's transaction. Ordering guard: a stale event's only with runStale.
+          if (ordered?.stale) transaction.stale = true;
           try {
-            value = await work(transaction);
+            value = ordered && !ordered.runsHandler ? undefined : await work(transaction);
           } catch (error) {
             this.warnIfSlow(spec.scope, performance.now() - started);
             await transaction.rollbackQuietly();
@@ -224,7 +241,13 @@ export class TransactionStrategy implements ClaimStrategy {
           switch (committed.kind) {
             case 'committed':
               this.retryAfter.record(spec.scope, performance.now() - started);
-              this.metrics.count(found.reclaimed ? 'reclaimed' : 'claimed', spec.scope, key);
+              if (ordered?.stale) {
+                // Ordering guard: the claim is done, the entity's version unchanged.
+                this.metrics.count('stale', spec.scope, key);
+                ordered.logCommitted(this.logger, spec.scope, key);
+              } else {
+                this.metrics.count(found.reclaimed ? 'reclaimed' : 'claimed', spec.scope, key);
+              }
               conflict = found.conflict;
               done = transaction;
               break;
@@ -262,6 +285,7 @@ export class TransactionStrategy implements ClaimStrategy {
     if (done.hasAfterCommit) {
       await done.runAfterCommit((error) => this.logger.error(afterCommitFailed(spec.scope, key, error)));
     }
+    if (ordered?.stale) return conflict ? { kind: 'stale', value, conflict } : { kind: 'stale', value };
     return conflict
       ? { kind: 'processed', value: value as T, conflict }
       : { kind: 'processed', value: value as T };

@@ -17,6 +17,8 @@ export interface WebhookDelivery {
   attempt?: number;
   /** External mode only (with `leaseToken`): what `IdempotencyContext.extendLease()` does. @default resolves true (the lease is held) */
   extendLease?: (ms?: number) => Promise<boolean>;
+  /** What `IdempotencyContext.stale` says: a stale event run by an ordering guard with `runStale`. @default false */
+  stale?: boolean;
 }
 
 /**
@@ -47,6 +49,7 @@ export function runAsWebhookDelivery<T>(delivery: WebhookDelivery, fn: () => T):
     attempt: external ? (delivery.attempt ?? 1) : undefined,
     extendLease: external ? (delivery.extendLease ?? (() => Promise.resolve(true))) : undefined,
     signal: new AbortController().signal,
+    stale: delivery.stale ?? false,
     // Nothing is committed here: the test's own transaction decides, so callbacks are only kept.
     afterCommit: (fn) => void afterCommit.push(fn),
   };

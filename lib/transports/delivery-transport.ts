@@ -10,7 +10,10 @@ import type { IdempotentWebhookMetadata } from './idempotent-webhook.decorator.j
  */
 export const ACKNOWLEDGE = Symbol('idempotency:acknowledge');
 
-/** A claim that settled: the handler ran now, or had run before (with its stored response, if any). */
+/**
+ * A claim that settled: the handler ran now, or had run before (with its stored response, if any),
+ * or the event was stale (ordering guard).
+ */
 export type SettledResult = Exclude<ClaimResult<unknown>, { kind: 'in_flight' } | { kind: 'conflict' }>;
 
 /**

@@ -8,6 +8,7 @@ import {
 import { Reflector } from '@nestjs/core';
 import { lastValueFrom, Observable } from 'rxjs';
 import type { ClaimCheck } from '../core/claim-check.js';
+import { extractEventOrder, type EventOrder } from '../core/event-order.js';
 import { extractIdempotencyKey } from '../core/idempotency-key.js';
 import { ClaimRunner } from '../core/claim-runner.js';
 import { IDEMPOTENCY_CONFIG, IDEMPOTENT_WEBHOOK_METADATA } from '../idempotency.constants.js';
@@ -73,11 +74,17 @@ export class IdempotencyInterceptor implements NestInterceptor {
     return new Observable((subscriber) => {
       let key: string | undefined;
       let check: ClaimCheck | undefined;
+      // The ordering guard's entity and version, read from the key's arguments and checked as the
+      // key is: a bad one is refused before the claim, writing nothing.
+      let order: EventOrder | undefined;
       try {
         const args = transport.keyArguments(context);
         key = meta.request
           ? requestIdempotencyKey(meta.scope, meta.request, args[1] as never, this.config.maxKeyLength)
           : extractIdempotencyKey(meta.scope, meta.key, args, this.config.maxKeyLength);
+        if (key !== undefined && meta.order) {
+          order = extractEventOrder(meta.scope, key, meta.order, args, this.config.maxKeyLength);
+        }
         if (key !== undefined && meta.checks) {
           const fingerprint = meta.fingerprint ? fingerprintOf(meta.fingerprint, args) : null;
           check = { fingerprint, refuse: meta.checks.conflicts === 'refuse' };
@@ -107,6 +114,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
             return value;
           },
           check,
+          order,
         )
         .then(
           (result) => {

@@ -1,6 +1,7 @@
 import { applyDecorators, HttpCode, SetMetadata, UseGuards, UseInterceptors } from '@nestjs/common';
 import { resolveClaimSpec } from '../core/claim-options.js';
 import type { ClaimSpec } from '../core/claim-strategy.js';
+import { resolveEventOrder, type EventOrderSpec } from '../core/event-order.js';
 import { FINGERPRINT_PRESETS, webhookFingerprint, type FingerprintOf } from '../keys/webhook-fingerprints.js';
 import { SIGNATURE_GUARDS, signatureGuardNamed } from '../guards/signature-guards.js';
 import { IDEMPOTENT_WEBHOOK_METADATA } from '../idempotency.constants.js';
@@ -24,6 +25,7 @@ const WEBHOOK_OPTIONS = [
   'signature',
   'fingerprint',
   'onKeyConflict',
+  'order',
 ] as const satisfies readonly (keyof IdempotentWebhookOptions)[];
 
 /**
@@ -36,6 +38,8 @@ export interface IdempotentWebhookMetadata extends ClaimSpec {
   fingerprint?: FingerprintOf;
   /** Request mode (`@IdempotentRequest`): the key from the header, responses stored and replayed. */
   request?: RequestMode;
+  /** The ordering guard (`order`), resolved once; undefined without one. */
+  order?: EventOrderSpec;
 }
 
 /**
@@ -58,7 +62,8 @@ export interface IdempotentWebhookMetadata extends ClaimSpec {
  * together. `mode: 'external'` (or `external: true`): a lease claim for work outside the database.
  * For provider methods no interceptor reaches (queue consumers, cron jobs), use `@Idempotent`.
  * `signature: 'stripe' | 'github' | 'standard-webhooks' | 'shopify'` also applies that sender's
- * signature guard (HTTP routes only), which runs before the claim.
+ * signature guard (HTTP routes only), which runs before the claim. `order` adds the ordering
+ * guard: an event older than the version its entity has is not applied (docs/ordering.md).
  */
 export function IdempotentWebhook(options: IdempotentWebhookOptions): MethodDecorator {
   if (typeof options?.key !== 'function') throw new TypeError(missingKeyFunction('@IdempotentWebhook'));
@@ -93,6 +98,9 @@ export function IdempotentWebhook(options: IdempotentWebhookOptions): MethodDeco
       key,
       ...(fingerprint ? { fingerprint } : {}),
     };
+    if (options.order !== undefined) {
+      metadata.order = resolveEventOrder('@IdempotentWebhook', options.order, spec);
+    }
     applyDecorators(
       SetMetadata(IDEMPOTENT_WEBHOOK_METADATA, metadata),
       UseInterceptors(IdempotencyInterceptor),

@@ -5,8 +5,10 @@ import { IDEMPOTENCY_ENTITIES, IDEMPOTENCY_MIGRATIONS } from '../idempotency.js'
 import { Invoice } from '../stripe/entities/invoice.entity.js';
 import { Order } from '../stripe/entities/order.entity.js';
 import { Refund } from '../refunds/refund.entity.js';
+import { Subscription } from '../stripe/entities/subscription.entity.js';
 import { CreateOrdersAndInvoices1764633600000 } from './migrations/1764633600000-create-orders-and-invoices.migration.js';
 import { CreateRefunds1765584000001 } from './migrations/1765584000001-create-refunds.migration.js';
+import { CreateSubscriptions1765756800000 } from './migrations/1765756800000-create-subscriptions.migration.js';
 import { runMigrationsOnce } from './run-migrations.js';
 
 /** Shows up in `pg_stat_activity`, so the sample's sessions are easy to find. */
@@ -28,11 +30,12 @@ export class DatabaseModule {
             url,
             applicationName: DATABASE_APPLICATION_NAME,
             // The library's entity is registered explicitly, next to the app's own.
-            entities: [Order, Invoice, Refund, ...IDEMPOTENCY_ENTITIES],
+            entities: [Order, Invoice, Refund, Subscription, ...IDEMPOTENCY_ENTITIES],
             migrations: [
               ...IDEMPOTENCY_MIGRATIONS,
               CreateOrdersAndInvoices1764633600000,
               CreateRefunds1765584000001,
+              CreateSubscriptions1765756800000,
             ],
             // A database that cannot be reached must fail a delivery (503), not hang it.
             connectTimeoutMS: 5_000,

@@ -59,6 +59,37 @@ export const checkoutSessionCompletedEvent = stripeEvent(
   }),
 );
 
+/** Stripe's subscription statuses (`Stripe.Subscription.Status`). */
+const SUBSCRIPTION_STATUSES = [
+  'incomplete',
+  'incomplete_expired',
+  'trialing',
+  'active',
+  'past_due',
+  'canceled',
+  'unpaid',
+  'paused',
+] as const;
+
+/**
+ * A `customer.subscription.*` event: the subscription's snapshot, and the event's own `created`
+ * (whole seconds), which orders the subscription's events (the ordering guard reads it before
+ * this schema runs, and refuses an event without it).
+ */
+function subscriptionEvent<Type extends string>(type: Type) {
+  return z.object({
+    id: z.string(),
+    type: z.literal(type),
+    created: z.number().int().positive(),
+    data: z.object({ object: z.object({ id: objectId, status: z.enum(SUBSCRIPTION_STATUSES) }) }),
+  });
+}
+
+/** `customer.subscription.created`, `.updated`, `.deleted` (the last with status `canceled`). */
+export const subscriptionCreatedEvent = subscriptionEvent('customer.subscription.created');
+export const subscriptionUpdatedEvent = subscriptionEvent('customer.subscription.updated');
+export const subscriptionDeletedEvent = subscriptionEvent('customer.subscription.deleted');
+
 /** A validated `payment_intent.succeeded`. */
 export type PaymentIntentSucceededEvent = z.output<typeof paymentIntentSucceededEvent>;
 /** A validated `invoice.paid`. */
@@ -73,6 +104,13 @@ export type StripeEventSchemas = Readonly<Record<string, z.ZodType<{ id: string;
 export const ORDERS_EVENTS = {
   'payment_intent.succeeded': paymentIntentSucceededEvent,
   'invoice.paid': invoicePaidEvent,
+} as const satisfies StripeEventSchemas;
+
+/** The events `/webhooks/stripe/subscriptions` acts on: the only types its ordering guard orders. */
+export const SUBSCRIPTION_EVENTS = {
+  'customer.subscription.created': subscriptionCreatedEvent,
+  'customer.subscription.updated': subscriptionUpdatedEvent,
+  'customer.subscription.deleted': subscriptionDeletedEvent,
 } as const satisfies StripeEventSchemas;
 
 /** The events the fulfilment endpoints act on. */
@@ -96,3 +134,6 @@ export type OrdersEvent = StripeEventOf<typeof ORDERS_EVENTS>;
 
 /** What the fulfilment endpoints' handlers get. */
 export type FulfilmentEvent = StripeEventOf<typeof FULFILMENT_EVENTS>;
+
+/** What the subscriptions endpoint's handler gets. */
+export type SubscriptionsEvent = StripeEventOf<typeof SUBSCRIPTION_EVENTS>;

@@ -10,6 +10,8 @@ export const STRIPE_SCOPES = {
   fulfilmentAsync: 'stripe.fulfilment-async',
   /** The fulfilment worker's claim, per job: the call to the fulfilment API. */
   fulfilmentWorker: 'stripe.fulfilment-worker',
+  /** Subscription snapshots, ordered per subscription by the ordering guard (its versions' scope too). */
+  subscriptions: 'stripe.subscriptions',
 } as const;
 
 /** The pg-boss queue the async endpoint hands fulfilments to. */

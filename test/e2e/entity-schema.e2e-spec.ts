@@ -30,6 +30,7 @@ const CASES: TableCase[] = [
       'AddUnfinishedClaimsIndex1764892800000',
       'AddFailedClaimsIndex1765238400000',
       'AddStoredResponses1765584000000',
+      'CreateEventVersions1765670400000',
     ],
     created: '"processed_events"',
   },
@@ -44,6 +45,7 @@ const CASES: TableCase[] = [
       'AddUnfinishedClaimsIndexBillingWebhookClaims1764892800000',
       'AddFailedClaimsIndexBillingWebhookClaims1765238400000',
       'AddStoredResponsesBillingWebhookClaims1765584000000',
+      'CreateEventVersionsBillingWebhookClaims1765670400000',
     ],
     created: '"billing"."webhook_claims"',
   },
@@ -85,6 +87,12 @@ async function tableShape(url: string, tableCase: TableCase): Promise<TableShape
   } finally {
     await client.end();
   }
+}
+
+/** The versions table (ordering guard) beside a claims table: `<table>_versions`. */
+function versionsCase(tableCase: TableCase): TableCase {
+  const table = `${tableCase.table}_versions`;
+  return { ...tableCase, table, regclass: `${tableCase.schema}.${table}` };
 }
 
 /** Names the migrations give, which the entity must reproduce for `synchronize` and `migration:generate`. */
@@ -212,6 +220,14 @@ describe.each(CASES)('claims entity and migrations: $label', (tableCase) => {
     expect(synchronized.indexes.map((index) => index.name)).toEqual(names.indexes);
     // Not only the names: every column, constraint and index definition is the migrations'.
     expect(synchronized).toEqual(await tableShape(urls.migrated, tableCase));
+    // The ordering guard's versions table beside it, the same way.
+    const versions = versionsCase(tableCase);
+    const synchronizedVersions = await tableShape(urls.empty, versions);
+    expect(synchronizedVersions.indexes.map((index) => index.name)).toEqual([
+      `${versions.table}_idx`,
+      `${versions.table}_pkey`,
+    ]);
+    expect(synchronizedVersions).toEqual(await tableShape(urls.migrated, versions));
     // And TypeORM, asked again, is content with what it built.
     expect(await pendingSchemaChanges(urls.empty)).toEqual([]);
   });

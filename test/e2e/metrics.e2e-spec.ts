@@ -91,10 +91,11 @@ describe.each(onAdapter('fastify'))('idempotency metrics (%s)', (adapter) => {
     expect(report.expiredCount).toBe(1);
 
     // Every delivery outcome; the operator's (released, forgotten) are counted in operator.e2e-spec.ts,
-    // the key checks' (key_conflict, key_unstable) in idempotency-key-checks.e2e-spec.ts.
+    // the key checks' (key_conflict, key_unstable) in idempotency-key-checks.e2e-spec.ts, the
+    // ordering guard's (stale, transaction mode only) in ordering.e2e-spec.ts.
     const expected: Omit<
       Record<ClaimOutcome, number>,
-      'released' | 'forgotten' | 'key_conflict' | 'key_unstable'
+      'released' | 'forgotten' | 'key_conflict' | 'key_unstable' | 'stale'
     > = {
       claimed: 4,
       replayed: 1,

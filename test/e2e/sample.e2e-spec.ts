@@ -603,9 +603,11 @@ describe('Stripe sample: replicas migrating at once through PgBouncer', () => {
         { name: 'AddFailedClaimsIndex1765238400000', runs: 1 },
         { name: 'AddStoredResponses1765584000000', runs: 1 },
         { name: 'AddUnfinishedClaimsIndex1764892800000', runs: 1 },
+        { name: 'CreateEventVersions1765670400000', runs: 1 },
         { name: 'CreateOrdersAndInvoices1764633600000', runs: 1 },
         { name: 'CreateProcessedEvents1764547200000', runs: 1 },
         { name: 'CreateRefunds1765584000001', runs: 1 },
+        { name: 'CreateSubscriptions1765756800000', runs: 1 },
       ]);
       const said = replicas.map((replica) =>
         replica.output().includes('Applied CreateOrdersAndInvoices1764633600000') ? 'applied' : 'up to date',

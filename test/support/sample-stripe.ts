@@ -81,3 +81,30 @@ export function deliver(baseUrl: string, path: string, body: unknown, options: D
   if (signature !== null) delivery.set('Stripe-Signature', signature);
   return delivery.send(payload);
 }
+
+/** The sample's subscriptions endpoint (ordered per subscription). */
+export const SUBSCRIPTIONS = '/webhooks/stripe/subscriptions';
+
+/**
+ * `customer.subscription.<action>` for subscription `subscriptionId` with `status`, made by Stripe
+ * at `created` (Unix seconds): what orders the subscription's events.
+ */
+export function subscriptionEvent(
+  id: string,
+  action: 'created' | 'updated' | 'deleted',
+  subscriptionId: string,
+  status: string,
+  created: number,
+): Record<string, unknown> & { id: string; created?: number } {
+  return {
+    ...stripeEvent(id, `customer.subscription.${action}`, {
+      id: subscriptionId,
+      object: 'subscription',
+      status,
+      // When the subscription was made: not what orders its events.
+      created: 1_600_000_000,
+    }),
+    id,
+    created,
+  };
+}

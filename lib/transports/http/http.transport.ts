@@ -1,7 +1,7 @@
 import { Inject, Injectable, Logger, type ExecutionContext } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
 import type { StoredResponse } from '../../core/claim-check.js';
-import { IDEMPOTENCY_CONFIG, REPLAYED_HEADER } from '../../idempotency.constants.js';
+import { IDEMPOTENCY_CONFIG, REPLAYED_HEADER, STALE_HEADER } from '../../idempotency.constants.js';
 import {
   EventInFlightError,
   IdempotencyError,
@@ -22,9 +22,10 @@ const PROBLEM_JSON = 'application/problem+json';
  * |---|---|---|
  * | processed | the handler's answer (200) | the handler's answer (Nest's status: 201 for POST) |
  * | replayed | 200, `Idempotent-Replayed: true`, handler not called | the stored status, headers and body, `Idempotent-Replayed: true` |
+ * | stale (ordering guard) | 200, `Idempotent-Stale: true`, handler not called (or its answer, with `runStale`) | (no ordering guard) |
  * | in flight | 409 (or `inFlightStatus`), `Retry-After` | the same, problem details |
  * | key reused (another fingerprint) | 422 with `onKeyConflict: 'refuse'` | 422, problem details |
- * | bad or missing key | 400, nothing written | 400, problem details |
+ * | bad or missing key (or entity or version) | 400, nothing written | 400, problem details |
  * | database unavailable | 503, `Retry-After` | the same, problem details |
  * | handler went on after a failed statement | 500, nothing written | the same, problem details |
  */
@@ -45,6 +46,10 @@ export class HttpTransport implements DeliveryTransport {
 
   answer(result: SettledResult, context: ExecutionContext, meta?: IdempotentWebhookMetadata): unknown {
     if (result.kind === 'processed') return result.value;
+    if (result.kind === 'stale') {
+      this.setHeader(context, STALE_HEADER, 'true');
+      return result.value;
+    }
     this.setHeader(context, REPLAYED_HEADER, 'true');
     // A webhook's replay answers nothing: its sender only needs the 2xx.
     if (!meta?.request) return undefined;

@@ -6,6 +6,7 @@ import {
   EventInFlightError,
   IdempotencyError,
   IdempotencyUnavailableError,
+  InvalidEventOrderError,
   InvalidIdempotencyKeyError,
 } from '../../idempotency.errors.js';
 import type { IdempotencyConfig } from '../../interfaces/index.js';
@@ -44,7 +45,9 @@ type RpcExceptionClass = new (error: object) => Error;
  * nothing and the handler does not run, so the transport acknowledges it. The library's errors
  * become RpcExceptions whose error is an `IdempotencyRpcError` (with the original as `cause`),
  * so a `send()` caller sees the code and the retry delay; what each transport does with an error
- * of an event handler is in docs/transports.md ("Microservices"). An event whose key is unusable is logged
+ * of an event handler is in docs/transports.md ("Microservices"). A stale message (ordering guard) answers
+ * as a replayed one, or the handler's value with `runStale`. An event whose key (or ordering
+ * guard's entity or version) is unusable is logged
  * and acknowledged rather than failed: its redelivery would fail the same way, and on Kafka a
  * failing event is retried forever, blocking its partition.
  */
@@ -73,7 +76,7 @@ export class RpcTransport implements DeliveryTransport, OnModuleInit {
 
   /** A replayed `@MessagePattern` answers the reply its first delivery stored (see capture). */
   answer(result: SettledResult): unknown {
-    return result.kind === 'processed' ? result.value : result.response?.body;
+    return result.kind === 'processed' || result.kind === 'stale' ? result.value : result.response?.body;
   }
 
   /**
@@ -105,7 +108,7 @@ export class RpcTransport implements DeliveryTransport, OnModuleInit {
 
   failure(error: unknown, context: ExecutionContext): unknown {
     if (
-      error instanceof InvalidIdempotencyKeyError &&
+      (error instanceof InvalidIdempotencyKeyError || error instanceof InvalidEventOrderError) &&
       Reflect.getMetadata(HANDLER_TYPE, context.getHandler()) === EVENT_HANDLER
     ) {
       this.logger.error(eventKeyRejected(error.message));
