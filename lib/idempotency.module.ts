@@ -10,6 +10,7 @@ import { IDEMPOTENCY_CONFIG } from './idempotency.constants.js';
 import { IdempotencyMetrics } from './idempotency.metrics.js';
 import { ConfigurableModuleClass, IDEMPOTENCY_MODULE_OPTIONS } from './idempotency.module-definition.js';
 import { ExpiredLeaseReporter } from './maintenance/expired-lease.reporter.js';
+import { DeliveryTelemetry } from './observability/delivery-telemetry.js';
 import { IdempotencyClaims } from './operator/idempotency-claims.service.js';
 import { ClaimDatabase } from './postgres/claim-database.js';
 import { claimStrategyProviders } from './strategies/claim-strategies.js';
@@ -45,6 +46,8 @@ import { QueueHandoff } from './transports/queue/queue-handoff.js';
       useFactory: resolveIdempotencyConfig,
     },
     IdempotencyMetrics,
+    // Spans and duration histograms (lib/observability/), idle without prom-client and OpenTelemetry.
+    DeliveryTelemetry,
     ClaimDatabase,
     RetryAfterEstimator,
     ...claimStrategyProviders,

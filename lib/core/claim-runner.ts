@@ -8,6 +8,8 @@ import {
   createClsTransactionBridge,
   type ClsTransactionBridge,
 } from '../integrations/cls-transactional.bridge.js';
+import type { DeliveryOrigin } from '../observability/delivery-origin.js';
+import { DeliveryTelemetry } from '../observability/delivery-telemetry.js';
 import { ClaimDatabase } from '../postgres/claim-database.js';
 import { CLAIM_STRATEGY_REGISTRY } from '../strategies/claim-strategies.js';
 import { ClaimDelivery, type IdempotentDelivery } from './claim-delivery.js';
@@ -34,6 +36,7 @@ export class ClaimRunner implements OnModuleInit {
     @Inject(IDEMPOTENCY_CONFIG) private readonly config: IdempotencyConfig,
     private readonly database: ClaimDatabase,
     private readonly discovery: DiscoveryService,
+    private readonly telemetry: DeliveryTelemetry,
   ) {}
 
   /** Finds nestjs-cls's transactional plugin on the claims' DataSource, if the app has it. */
@@ -73,8 +76,24 @@ export class ClaimRunner implements OnModuleInit {
    * The claim itself, for transports that answer each result their own way (the interceptor):
    * no error is made for an in-flight duplicate, which a storm answers many times a second. A
    * claim made while another delivery runs follows the spec's propagation (see Propagation).
+   * `origin` names where the delivery came from, for its span.
    */
   execute<T>(
+    spec: ClaimSpec,
+    key: string,
+    work: (delivery: IdempotentDelivery) => Promise<T>,
+    origin?: DeliveryOrigin,
+  ): Promise<ClaimResult<T>> {
+    // Observability (lib/observability/delivery-telemetry.ts): the span and duration histograms.
+    // Without prom-client and @opentelemetry/api, this check is all a delivery pays.
+    if (this.telemetry.enabled) {
+      return this.telemetry.observe(spec, key, origin, work, (timed) => this.claim(spec, key, timed));
+    }
+    return this.claim(spec, key, work);
+  }
+
+  /** execute() without its telemetry. */
+  private claim<T>(
     spec: ClaimSpec,
     key: string,
     work: (delivery: IdempotentDelivery) => Promise<T>,

@@ -63,7 +63,8 @@ export class IdempotencyInterceptor implements NestInterceptor {
       // next.handle() is cold: subscribing inside the delivery's context makes it visible to the
       // handler and to every service it awaits.
       this.runner
-        .execute(meta, key, () => lastValueFrom(next.handle(), { defaultValue: undefined }))
+        // The context is the delivery's origin, read for its span only when tracing is on.
+        .execute(meta, key, () => lastValueFrom(next.handle(), { defaultValue: undefined }), context)
         .then(
           (result) => {
             if (result.kind === 'in_flight') {
