@@ -102,8 +102,12 @@ export class DeliveryTracing {
     this.tracer = api.trace.getTracer(INSTRUMENTATION_NAME, version);
   }
 
-  /** Starts the span of one delivery, the child of the active span or of the job's carrier. */
-  start(spec: ClaimSpec, key: string, origin: DeliveryOrigin | undefined): DeliverySpan {
+  /**
+   * Starts the span of one delivery, the child of the active span or of the job's carrier; or
+   * undefined when the tracer is the API's no-op one (no SDK registered: the span records nothing
+   * and has no trace id), so that such a delivery makes no handler span and enters no context.
+   */
+  start(spec: ClaimSpec, key: string, origin: DeliveryOrigin | undefined): DeliverySpan | undefined {
     const { system, destination } = originAttributes(origin, spec.scope);
     const carried =
       origin !== undefined && 'carrier' in origin ? continuedContext(this.api, origin.carrier) : undefined;
@@ -124,6 +128,7 @@ export class DeliveryTracing {
       },
       parent,
     );
+    if (!span.isRecording() && !this.api.isSpanContextValid(span.spanContext())) return undefined;
     const delivery = new DeliverySpan(
       this.api,
       this.tracer,

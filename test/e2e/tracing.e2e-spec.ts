@@ -143,31 +143,32 @@ describe.each(ADAPTERS)('a span and duration histograms per delivery over HTTP (
     expect((await post('/orders', { id })).status).toBe(200);
     expect((await post('/orders', { id })).status).toBe(200);
 
-    const claims = await registry.getSingleMetric('idempotency_claim_duration_seconds')!.get();
-    const count = (name: string, labels: Record<string, string>) =>
-      claims.values.find(
+    // prom-client's histogram values name their series (_bucket, _sum, _count), untyped.
+    const series = async (metric: string, name: string, labels: Record<string, string>) => {
+      const { values } = await registry.getSingleMetric(metric)!.get();
+      const found = (
+        values as { metricName?: string; labels: Record<string, unknown>; value: number }[]
+      ).find(
         (value) =>
           value.metricName === name && Object.entries(labels).every(([k, v]) => value.labels[k] === v),
-      )?.value ?? 0;
+      );
+      return found?.value ?? 0;
+    };
+    const count = (name: string, labels: Record<string, string>) =>
+      series('idempotency_claim_duration_seconds', name, labels);
     // This file's earlier tests sent one processed, one replayed and one failed delivery each.
-    expect(count('idempotency_claim_duration_seconds_count', processed)).toBe(2);
-    expect(
-      count('idempotency_claim_duration_seconds_count', { scope: ORDER_SCOPE, result: 'replayed' }),
-    ).toBe(2);
-    expect(count('idempotency_claim_duration_seconds_count', { scope: ORDER_SCOPE, result: 'failed' })).toBe(
-      1,
-    );
-    expect(count('idempotency_claim_duration_seconds_sum', processed)).toBeGreaterThan(0);
-    const handlers = await registry.getSingleMetric('idempotency_handler_duration_seconds')!.get();
+    expect(await count('idempotency_claim_duration_seconds_count', processed)).toBe(2);
+    expect(await count('idempotency_claim_duration_seconds_count', replayed)).toBe(2);
+    const failed = { scope: ORDER_SCOPE, result: 'failed' };
+    expect(await count('idempotency_claim_duration_seconds_count', failed)).toBe(1);
+    expect(await count('idempotency_claim_duration_seconds_sum', processed)).toBeGreaterThan(0);
     const handlerCount = (result: string) =>
-      handlers.values.find(
-        (value) =>
-          value.metricName === 'idempotency_handler_duration_seconds_count' &&
-          value.labels.scope === ORDER_SCOPE &&
-          value.labels.result === result,
-      )?.value;
-    expect(handlerCount('ok')).toBe(2);
-    expect(handlerCount('error')).toBe(1);
+      series('idempotency_handler_duration_seconds', 'idempotency_handler_duration_seconds_count', {
+        scope: ORDER_SCOPE,
+        result,
+      });
+    expect(await handlerCount('ok')).toBe(2);
+    expect(await handlerCount('error')).toBe(1);
 
     const collected = await sdk.collect();
     expect(collected.get('idempotency.claim.duration')?.descriptor.unit).toBe('s');
