@@ -9,6 +9,7 @@ import { resolveIdempotencyConfig } from './idempotency.config.js';
 import { IDEMPOTENCY_CONFIG } from './idempotency.constants.js';
 import { IdempotencyMetrics } from './idempotency.metrics.js';
 import { ConfigurableModuleClass, IDEMPOTENCY_MODULE_OPTIONS } from './idempotency.module-definition.js';
+import { IdempotencyHealthIndicator } from './health/idempotency-health.indicator.js';
 import { ExpiredLeaseReporter } from './maintenance/expired-lease.reporter.js';
 import { DeliveryTelemetry } from './observability/delivery-telemetry.js';
 import { IdempotencyClaims } from './operator/idempotency-claims.service.js';
@@ -60,6 +61,7 @@ import { QueueHandoff } from './transports/queue/queue-handoff.js';
     IdempotencyContext,
     ExpiredLeaseReporter,
     IdempotencyClaims,
+    IdempotencyHealthIndicator,
     // The handoff to workers (pg-boss), idle without the handoff option.
     HandoffMetrics,
     QueueHandoff,
@@ -78,6 +80,7 @@ import { QueueHandoff } from './transports/queue/queue-handoff.js';
     IdempotencyContext,
     ExpiredLeaseReporter,
     IdempotencyClaims,
+    IdempotencyHealthIndicator,
     HandoffMetrics,
     HandoffQueues,
   ],

@@ -104,6 +104,13 @@ export { IdempotencyMetrics } from './idempotency.metrics.js';
 export { IDEMPOTENCY_CHANNELS, type OutcomeChannelMessage } from './observability/outcome-channels.js';
 export type { TelemetryOptions } from './observability/telemetry-options.js';
 export { HandoffMetrics } from './transports/queue/handoff-metrics.js';
+export {
+  IdempotencyHealthIndicator,
+  type IdempotencyHealthDetails,
+  type IdempotencyHealthOptions,
+  type IdempotencyHealthResult,
+  type QueueHealth,
+} from './health/idempotency-health.indicator.js';
 export type {
   AbandonedClaim,
   ClaimListOptions,
