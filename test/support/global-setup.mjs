@@ -5,9 +5,10 @@ import { startRedis } from '../../dist/test/support/redis-server.js';
 import { ensureSystemPackages } from '../../dist/test/support/system-packages.js';
 
 /**
- * Installs redis-server and pgbouncer where they are missing and the machine allows it (or stops
- * with one line naming the command to run), then starts one PostgreSQL and one Redis server for
- * the whole run; workers read their addresses from the environment.
+ * Installs redis-server, pgbouncer, prometheus (with promtool) and chromium where they are missing
+ * and the machine allows it (or stops with one line naming the command to run), then starts one
+ * PostgreSQL and one Redis server for the whole run; workers read their addresses from the
+ * environment.
  */
 export default async function globalSetup() {
   await ensureSystemPackages();
