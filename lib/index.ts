@@ -101,6 +101,8 @@ export { ExpiredLeaseReporter } from './maintenance/expired-lease.reporter.js';
 export { IdempotencyClaims } from './operator/idempotency-claims.service.js';
 export { HandoffQueues } from './transports/queue/handoff-queues.service.js';
 export { IdempotencyMetrics } from './idempotency.metrics.js';
+export { IdempotencyConsoleModule } from './console/idempotency-console.module.js';
+export type { IdempotencyConsoleOptions } from './console/console-options.js';
 export { IDEMPOTENCY_CHANNELS, type OutcomeChannelMessage } from './observability/outcome-channels.js';
 export type { TelemetryOptions } from './observability/telemetry-options.js';
 export { HandoffMetrics } from './transports/queue/handoff-metrics.js';
@@ -130,4 +132,5 @@ export type {
   ReleaseClaimResult,
   ReporterRunOptions,
   ReporterRunResult,
+  RetryDeadLetterResult,
 } from './interfaces/index.js';

@@ -84,7 +84,8 @@ export class QueueHandoff implements JobEnqueuer, OnModuleInit, OnApplicationBoo
 
   constructor(
     @Inject(IDEMPOTENCY_CONFIG) config: IdempotencyConfig,
-    @Inject(IDEMPOTENCY_DATA_SOURCE) dataSource: DataSource,
+    /** The claims' DataSource, whose pool the handoff writes through (HandoffQueues' retries too). */
+    @Inject(IDEMPOTENCY_DATA_SOURCE) readonly dataSource: DataSource,
     private readonly runner: ClaimRunner,
     private readonly metrics: HandoffMetrics,
     private readonly discovery: DiscoveryService,
@@ -97,6 +98,11 @@ export class QueueHandoff implements JobEnqueuer, OnModuleInit, OnApplicationBoo
       this.handoff = resolveHandoffOptions(config.handoff, () => undefined);
       this.statements = queueStatements(this.handoff.schema);
     }
+  }
+
+  /** pg-boss once started (for HandoffQueues' dead-letter retries), else undefined. */
+  get pgBoss(): PgBoss | undefined {
+    return this.boss;
   }
 
   /** True when the module has a `handoff` option. */
