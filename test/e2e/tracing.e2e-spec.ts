@@ -3,7 +3,7 @@ import { SpanKind, SpanStatusCode } from '@opentelemetry/api';
 import type { ReadableSpan } from '@opentelemetry/sdk-trace-base';
 import { Registry } from 'prom-client';
 import request from 'supertest';
-import type { HandoffOptions } from '../../lib/index.js';
+import { IdempotencyService, type HandoffOptions } from '../../lib/index.js';
 import {
   HandoffFixtureModule,
   TX_QUEUE,
@@ -38,6 +38,15 @@ const handlerSpansOf = (delivery: ReadableSpan) =>
     );
 
 const eventNames = (span: ReadableSpan) => span.events.map((event) => event.name);
+
+/** The count of `metric`'s series with `labels` in `registry` (a histogram's _count, say). */
+async function seriesValue(registry: Registry, metric: string, name: string, labels: Record<string, string>) {
+  const { values } = await registry.getSingleMetric(metric)!.get();
+  const found = (values as { metricName?: string; labels: Record<string, unknown>; value: number }[]).find(
+    (value) => value.metricName === name && Object.entries(labels).every(([k, v]) => value.labels[k] === v),
+  );
+  return found?.value ?? 0;
+}
 
 describe.each(ADAPTERS)('a span and duration histograms per delivery over HTTP (%s)', (adapter) => {
   let db: TestDatabase;
@@ -143,19 +152,8 @@ describe.each(ADAPTERS)('a span and duration histograms per delivery over HTTP (
     expect((await post('/orders', { id })).status).toBe(200);
     expect((await post('/orders', { id })).status).toBe(200);
 
-    // prom-client's histogram values name their series (_bucket, _sum, _count), untyped.
-    const series = async (metric: string, name: string, labels: Record<string, string>) => {
-      const { values } = await registry.getSingleMetric(metric)!.get();
-      const found = (
-        values as { metricName?: string; labels: Record<string, unknown>; value: number }[]
-      ).find(
-        (value) =>
-          value.metricName === name && Object.entries(labels).every(([k, v]) => value.labels[k] === v),
-      );
-      return found?.value ?? 0;
-    };
     const count = (name: string, labels: Record<string, string>) =>
-      series('idempotency_claim_duration_seconds', name, labels);
+      seriesValue(registry, 'idempotency_claim_duration_seconds', name, labels);
     // This file's earlier tests sent one processed, one replayed and one failed delivery each.
     expect(await count('idempotency_claim_duration_seconds_count', processed)).toBe(2);
     expect(await count('idempotency_claim_duration_seconds_count', replayed)).toBe(2);
@@ -163,10 +161,15 @@ describe.each(ADAPTERS)('a span and duration histograms per delivery over HTTP (
     expect(await count('idempotency_claim_duration_seconds_count', failed)).toBe(1);
     expect(await count('idempotency_claim_duration_seconds_sum', processed)).toBeGreaterThan(0);
     const handlerCount = (result: string) =>
-      series('idempotency_handler_duration_seconds', 'idempotency_handler_duration_seconds_count', {
-        scope: ORDER_SCOPE,
-        result,
-      });
+      seriesValue(
+        registry,
+        'idempotency_handler_duration_seconds',
+        'idempotency_handler_duration_seconds_count',
+        {
+          scope: ORDER_SCOPE,
+          result,
+        },
+      );
     expect(await handlerCount('ok')).toBe(2);
     expect(await handlerCount('error')).toBe(1);
 
@@ -186,13 +189,17 @@ describe.each(ADAPTERS)('a span and duration histograms per delivery over HTTP (
   });
 });
 
-describe('a span per delivery of a microservice handler (TCP)', () => {
+describe('a span per delivery of a microservice handler (TCP), and of IdempotencyService.run()', () => {
   let db: TestDatabase;
   let service: RunningMicroservice;
+  const registry = new Registry();
 
   beforeAll(async () => {
     db = await createTestDatabase();
-    service = await startMicroservice('tcp', { databaseUrl: db.url, idempotency: { reporter: false } });
+    service = await startMicroservice('tcp', {
+      databaseUrl: db.url,
+      idempotency: { reporter: false, prometheus: { registers: [registry] } },
+    });
   });
 
   afterAll(async () => {
@@ -219,12 +226,57 @@ describe('a span per delivery of a microservice handler (TCP)', () => {
     });
     expect(handlerSpansOf(first!)).toHaveLength(1);
     expect(replay!.attributes['idempotency.outcome']).toBe('replayed');
+    const scope = { scope: 'MicroserviceFixtureController.createOrder' };
+    const claims = (result: string) =>
+      seriesValue(
+        registry,
+        'idempotency_claim_duration_seconds',
+        'idempotency_claim_duration_seconds_count',
+        {
+          ...scope,
+          result,
+        },
+      );
+    expect([await claims('processed'), await claims('replayed')]).toEqual([1, 1]);
+    expect(
+      await seriesValue(
+        registry,
+        'idempotency_handler_duration_seconds',
+        'idempotency_handler_duration_seconds_count',
+        { ...scope, result: 'ok' },
+      ),
+    ).toBe(1);
+  });
+
+  it("makes IdempotencyService.run() a delivery span named after its scope, inside the caller's span", async () => {
+    const { trace } = await import('@opentelemetry/api');
+    const idempotency = service.app.get(IdempotencyService);
+    const result = await trace
+      .getTracer('test')
+      .startActiveSpan('nightly import run', (caller) =>
+        idempotency
+          .run({ scope: 'Imports.nightly', key: 'evt_tr_run' }, ({ manager }) =>
+            manager.query('INSERT INTO orders (event_id) VALUES ($1)', ['evt_tr_run']),
+          )
+          .finally(() => caller.end()),
+      );
+    expect(result.status).toBe('processed');
+    expect(await db.count('SELECT count(*) FROM orders WHERE event_id = $1', ['evt_tr_run'])).toBe(1);
+    const [delivery] = await sdk.waitForSpans(deliverySpans('Imports.nightly', 'evt_tr_run'));
+    const [caller] = sdk.spans().filter((span) => span.name === 'nightly import run');
+    expect(delivery!.parentSpanContext?.spanId).toBe(caller!.spanContext().spanId);
+    expect(delivery!.attributes).toMatchObject({
+      'messaging.system': 'method',
+      'messaging.destination.name': 'Imports.nightly',
+      'idempotency.outcome': 'claimed',
+    });
   });
 });
 
 describe('the handoff carries the trace into the worker', () => {
   let db: TestDatabase;
   let running: RunningApp;
+  const registry = new Registry();
   const handoff: HandoffOptions = {
     schema: 'tracing_jobs',
     pollingIntervalMs: 100,
@@ -238,7 +290,7 @@ describe('the handoff carries the trace into the worker', () => {
         databaseUrl: db.url,
         web: true,
         workers: ['tx'],
-        idempotency: { handoff, reporter: false },
+        idempotency: { handoff, reporter: false, prometheus: { registers: [registry] } },
       }),
     ]);
   });
@@ -272,5 +324,24 @@ describe('the handoff carries the trace into the worker', () => {
     });
     expect(eventNames(worker!)).toEqual(['claim', 'commit']);
     expect(handlerSpansOf(worker!)).toHaveLength(1);
+    // The worker's delivery is timed like any other, under its own scope.
+    const processed = { scope: TX_WORKER_SCOPE, result: 'processed' };
+    expect(
+      await seriesValue(
+        registry,
+        'idempotency_claim_duration_seconds',
+        'idempotency_claim_duration_seconds_count',
+        processed,
+      ),
+    ).toBe(1);
+    const handled = { scope: TX_WORKER_SCOPE, result: 'ok' };
+    expect(
+      await seriesValue(
+        registry,
+        'idempotency_handler_duration_seconds',
+        'idempotency_handler_duration_seconds_count',
+        handled,
+      ),
+    ).toBe(1);
   });
 });
