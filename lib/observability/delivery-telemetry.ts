@@ -75,7 +75,7 @@ export class DeliveryTelemetry implements OnModuleInit, OnModuleDestroy {
     }
     const api = openTelemetry ? await loadOpenTelemetry() : undefined;
     if (api) {
-      const tracing = new DeliveryTracing(api, undefined);
+      const tracing = new DeliveryTracing(api);
       this.tracing = tracing;
       this.metrics.outcomeListener = (outcome, scope, key) => tracing.outcome(outcome, scope, key);
       const meter = api.metrics.getMeter(INSTRUMENTATION_NAME);

@@ -95,11 +95,8 @@ export class DeliveryTracing {
   /** Open delivery spans → their delivery, to attach the outcome counted in their context. */
   private readonly open = new WeakMap<Span, DeliverySpan>();
 
-  constructor(
-    private readonly api: OpenTelemetry,
-    version: string | undefined,
-  ) {
-    this.tracer = api.trace.getTracer(INSTRUMENTATION_NAME, version);
+  constructor(private readonly api: OpenTelemetry) {
+    this.tracer = api.trace.getTracer(INSTRUMENTATION_NAME);
   }
 
   /**
