@@ -3,6 +3,7 @@ import { closest } from './core/closest-name.js';
 import { DEFAULTS, MAX_TIMER_MS } from './idempotency.constants.js';
 import { DEFAULT_TABLE } from './postgres/claim-table.js';
 import { resolveHandoffOptions } from './transports/queue/handoff-options.js';
+import { resolveTelemetryOptions } from './observability/telemetry-options.js';
 import { unknownOption } from './idempotency.messages.js';
 import type { IdempotencyConfig, IdempotencyModuleOptions } from './interfaces/index.js';
 
@@ -43,6 +44,7 @@ const KNOWN_OPTIONS: Record<keyof IdempotencyModuleOptions, true> = {
   onExpiredLeases: true,
   onOutcome: true,
   prometheus: true,
+  telemetry: true,
   preparedStatements: true,
   schema: true,
   table: true,
@@ -139,5 +141,7 @@ export function resolveIdempotencyConfig(options: IdempotencyModuleOptions = {})
   }
   // Checked here so a mistake fails the boot with the other options; the handoff resolves it again.
   if (config.handoff !== undefined) resolveHandoffOptions(config.handoff, closest);
+  // Likewise the telemetry option, which DeliveryTelemetry resolves at init.
+  resolveTelemetryOptions(config.telemetry);
   return config;
 }

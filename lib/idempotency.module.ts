@@ -9,7 +9,9 @@ import { resolveIdempotencyConfig } from './idempotency.config.js';
 import { IDEMPOTENCY_CONFIG } from './idempotency.constants.js';
 import { IdempotencyMetrics } from './idempotency.metrics.js';
 import { ConfigurableModuleClass, IDEMPOTENCY_MODULE_OPTIONS } from './idempotency.module-definition.js';
+import { IdempotencyHealthIndicator } from './health/idempotency-health.indicator.js';
 import { ExpiredLeaseReporter } from './maintenance/expired-lease.reporter.js';
+import { DeliveryTelemetry } from './observability/delivery-telemetry.js';
 import { IdempotencyClaims } from './operator/idempotency-claims.service.js';
 import { ClaimDatabase } from './postgres/claim-database.js';
 import { claimStrategyProviders } from './strategies/claim-strategies.js';
@@ -47,6 +49,8 @@ import { QueueHandoff } from './transports/queue/queue-handoff.js';
       useFactory: resolveIdempotencyConfig,
     },
     IdempotencyMetrics,
+    // Spans and duration histograms (lib/observability/), idle without prom-client and OpenTelemetry.
+    DeliveryTelemetry,
     ClaimDatabase,
     RetryAfterEstimator,
     ...claimStrategyProviders,
@@ -63,6 +67,7 @@ import { QueueHandoff } from './transports/queue/queue-handoff.js';
     IdempotencyContext,
     ExpiredLeaseReporter,
     IdempotencyClaims,
+    IdempotencyHealthIndicator,
     // The handoff to workers (pg-boss), idle without the handoff option.
     HandoffMetrics,
     QueueHandoff,
@@ -82,6 +87,7 @@ import { QueueHandoff } from './transports/queue/queue-handoff.js';
     IdempotencyContext,
     ExpiredLeaseReporter,
     IdempotencyClaims,
+    IdempotencyHealthIndicator,
     HandoffMetrics,
     HandoffQueues,
   ],

@@ -124,7 +124,18 @@ export { ExpiredLeaseReporter } from './maintenance/expired-lease.reporter.js';
 export { IdempotencyClaims } from './operator/idempotency-claims.service.js';
 export { HandoffQueues } from './transports/queue/handoff-queues.service.js';
 export { IdempotencyMetrics } from './idempotency.metrics.js';
+export { IdempotencyConsoleModule } from './console/idempotency-console.module.js';
+export type { IdempotencyConsoleOptions } from './console/console-options.js';
+export { IDEMPOTENCY_CHANNELS, type OutcomeChannelMessage } from './observability/outcome-channels.js';
+export type { TelemetryOptions } from './observability/telemetry-options.js';
 export { HandoffMetrics } from './transports/queue/handoff-metrics.js';
+export {
+  IdempotencyHealthIndicator,
+  type IdempotencyHealthDetails,
+  type IdempotencyHealthOptions,
+  type IdempotencyHealthResult,
+  type QueueHealth,
+} from './health/idempotency-health.indicator.js';
 export type {
   AbandonedClaim,
   ClaimListOptions,
@@ -144,4 +155,5 @@ export type {
   ReleaseClaimResult,
   ReporterRunOptions,
   ReporterRunResult,
+  RetryDeadLetterResult,
 } from './interfaces/index.js';

@@ -8,6 +8,8 @@ import {
   createClsTransactionBridge,
   type ClsTransactionBridge,
 } from '../integrations/cls-transactional.bridge.js';
+import type { DeliveryOrigin } from '../observability/delivery-origin.js';
+import { DeliveryTelemetry } from '../observability/delivery-telemetry.js';
 import { ClaimDatabase } from '../postgres/claim-database.js';
 import { CLAIM_STRATEGY_REGISTRY } from '../strategies/claim-strategies.js';
 import { ClaimDelivery, type IdempotentDelivery } from './claim-delivery.js';
@@ -25,6 +27,19 @@ import { Propagation } from './propagation.js';
  * delivery's context (and, with nestjs-cls, its transactional plugin's). Internal: users call
  * `IdempotencyService.run()`, whose checks this skips.
  */
+/** What some deliveries add to ClaimRunner.execute()'s claim; none of it is required. */
+export interface DeliveryExtras {
+  /** Key checks: the delivery's fingerprint, for handlers whose spec has checks. */
+  readonly check?: ClaimCheck;
+  /** The ordering guard: the delivery's entity and version, for handlers with `order`. */
+  readonly order?: EventOrder;
+  /** Where the delivery came from (the HTTP or RPC context, or a queue), for its span. */
+  readonly origin?: DeliveryOrigin;
+}
+
+/** The extras of a delivery that has none: one object, not one per delivery. */
+const NO_EXTRAS: DeliveryExtras = {};
+
 @Injectable()
 export class ClaimRunner implements OnModuleInit {
   private readonly logger = new Logger('IdempotencyModule');
@@ -36,6 +51,7 @@ export class ClaimRunner implements OnModuleInit {
     @Inject(IDEMPOTENCY_CONFIG) private readonly config: IdempotencyConfig,
     private readonly database: ClaimDatabase,
     private readonly discovery: DiscoveryService,
+    private readonly telemetry: DeliveryTelemetry,
   ) {}
 
   /** Finds nestjs-cls's transactional plugin on the claims' DataSource, if the app has it. */
@@ -81,16 +97,30 @@ export class ClaimRunner implements OnModuleInit {
    * The claim itself, for transports that answer each result their own way (the interceptor):
    * no error is made for an in-flight duplicate, which a storm answers many times a second. A
    * claim made while another delivery runs follows the spec's propagation (see Propagation).
-   * `order` is the delivery's place in its entity's order, for a handler with an ordering guard.
+   * `extras` carry what some deliveries add: key checks, the ordering guard, where it came from.
    */
   execute<T>(
     spec: ClaimSpec,
     key: string,
     work: (delivery: ClaimDelivery) => Promise<T>,
-    /** Key checks: the delivery's fingerprint, for handlers whose spec has checks. */
-    check?: ClaimCheck,
-    /** The ordering guard: the delivery's entity and version, for handlers with `order`. */
-    order?: EventOrder,
+    extras: DeliveryExtras = NO_EXTRAS,
+  ): Promise<ClaimResult<T>> {
+    // Observability (lib/observability/delivery-telemetry.ts): the span and duration histograms.
+    // Without prom-client and @opentelemetry/api, this check is all a delivery pays.
+    if (this.telemetry.enabled) {
+      return this.telemetry.observe(spec, key, extras.origin, work, (timed) =>
+        this.claim(spec, key, timed, extras),
+      );
+    }
+    return this.claim(spec, key, work, extras);
+  }
+
+  /** execute() without its telemetry. */
+  private claim<T>(
+    spec: ClaimSpec,
+    key: string,
+    work: (delivery: ClaimDelivery) => Promise<T>,
+    { check, order }: DeliveryExtras,
   ): Promise<ClaimResult<T>> {
     const strategy = this.strategies.get(spec.mode)!;
     const run = (handle: ClaimHandle) => {

@@ -12,10 +12,16 @@ export interface PromGauge {
   set(labels: Record<string, string>, value: number): void;
 }
 
+/** The prom-client histogram surface used here (the duration histograms, lib/observability/). */
+export interface PromHistogram {
+  observe(labels: Record<string, string>, value: number): void;
+}
+
 /** Gets or makes the library's metrics in the registries the `prometheus` option names. */
 export interface PromMetrics {
   counter(name: string, help: string, labelNames: string[]): PromCounter;
   gauge(name: string, help: string, labelNames?: string[]): PromGauge;
+  histogram(name: string, help: string, labelNames: string[], buckets: number[]): PromHistogram;
 }
 
 /**
@@ -43,5 +49,8 @@ export async function prometheusMetrics(
       (existing(name) ?? new prom.Counter({ name, help, labelNames, registers })) as unknown as PromCounter,
     gauge: (name, help, labelNames = []) =>
       (existing(name) ?? new prom.Gauge({ name, help, labelNames, registers })) as unknown as PromGauge,
+    histogram: (name, help, labelNames, buckets) =>
+      (existing(name) ??
+        new prom.Histogram({ name, help, labelNames, buckets, registers })) as unknown as PromHistogram,
   };
 }

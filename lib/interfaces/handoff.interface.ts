@@ -143,6 +143,16 @@ export interface DeadLetteredJob {
   createdAt: Date;
 }
 
+/**
+ * What `HandoffQueues.retryDeadLetter()` did: the dead-lettered job was moved back to its queue
+ * as a new job (`jobId`), or nothing changed, and why: `unknown_queue` (not a queue of the
+ * handoff), `not_found` (no such job waiting in that queue's dead-letter queue: retried already,
+ * or never there).
+ */
+export type RetryDeadLetterResult =
+  | { retried: true; queue: string; jobId: string; event: HandedOffEvent | null }
+  | { retried: false; reason: 'unknown_queue' | 'not_found'; message: string };
+
 /** One queue's jobs as the database has them now. */
 export interface QueueStats {
   /** Waiting for their first attempt (state `created`). */

@@ -1,6 +1,7 @@
 import type { ClaimOutcomeEvent } from './claim-outcome.interface.js';
 import type { ExpiredLease } from './expired-lease.interface.js';
 import type { HandoffOptions } from './handoff.interface.js';
+import type { TelemetryOptions } from '../observability/telemetry-options.js';
 
 /**
  * Options of `IdempotencyModule.forRoot()` / the object returned by `forRootAsync`'s `useFactory`.
@@ -103,6 +104,13 @@ export interface IdempotencyModuleOptions {
    * @default true (used only when prom-client is installed)
    */
   prometheus?: boolean | { registers: unknown[] };
+  /**
+   * Spans and duration histograms (see docs/observability.md): a span per delivery through
+   * `@opentelemetry/api` when it is installed, the handoff's trace context, and the claim and
+   * handler duration histograms on prom-client and the OpenTelemetry meter.
+   * @default { openTelemetry: true, durationBuckets: [0.001, ..., 10] }
+   */
+  telemetry?: TelemetryOptions;
   /**
    * Prepare the statements of every delivery once per connection, so Postgres skips parsing and
    * planning them each time: transaction mode sends `BEGIN; EXECUTE idempotency_transaction_claim(...)`
@@ -237,10 +245,10 @@ export interface IdempotencyModuleExtras {
 export type IdempotencyConfig = Required<
   Omit<
     IdempotencyModuleOptions,
-    'reportCron' | 'onExpiredLeases' | 'onOutcome' | 'signatures' | 'schema' | 'handoff'
+    'reportCron' | 'onExpiredLeases' | 'onOutcome' | 'signatures' | 'schema' | 'handoff' | 'telemetry'
   >
 > &
   Pick<
     IdempotencyModuleOptions,
-    'reportCron' | 'onExpiredLeases' | 'onOutcome' | 'signatures' | 'schema' | 'handoff'
+    'reportCron' | 'onExpiredLeases' | 'onOutcome' | 'signatures' | 'schema' | 'handoff' | 'telemetry'
   >;

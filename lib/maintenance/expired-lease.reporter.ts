@@ -122,6 +122,8 @@ export class ExpiredLeaseReporter implements OnApplicationBootstrap, OnModuleDes
       // refresh it would keep whatever it saw the last tick it won, possibly long ago.
       const [count] = await this.dataSource.query(this.database.maintenance.expiredLeaseCount);
       this.metrics.setExpiredLeases(Number(count?.total ?? 0));
+      // Likewise the poison gauge, which the shipped alert rules read from every replica.
+      this.metrics.setPoisonEvents((await this.findPoison()).length);
       await this.handoff.report(false);
       return {
         skipped: true,
@@ -143,6 +145,7 @@ export class ExpiredLeaseReporter implements OnApplicationBootstrap, OnModuleDes
     if (expired.leases.length > 0) await this.callHook(expired.leases);
 
     const poison = await this.findPoison();
+    this.metrics.setPoisonEvents(poison.length);
     for (const event of poison) {
       this.logger.error(poisonEvent(event.scope, event.key, event.attempts, event.lastError));
     }

@@ -42,6 +42,12 @@ export interface MaintenanceStatements {
    */
   readonly poisonEvents: string;
   /**
+   * The health indicator's figures in one round trip: poison events (from the unfinished index)
+   * and expired leases (from the expiring index, as expiredLeaseCount). That it answers at all
+   * says the claims table is reachable. $1 max attempts.
+   */
+  readonly healthCounts: string;
+  /**
    * One retention batch of done rows, found through the retention index and deleted by their row
    * addresses (a TID scan: no join for the planner to choose, no primary-key lookups; 5-7 ms for
    * 5,000 rows at 10M, against 45-130 ms joined on the key). A row updated meanwhile has a new
@@ -91,6 +97,9 @@ FROM ${t}
 WHERE status <> 'done' AND attempts >= $1 AND scope <> ${REPORTER}
 ORDER BY attempts DESC
 LIMIT $2`,
+    healthCounts: `
+SELECT (SELECT COUNT(*)::int FROM ${t} WHERE status <> 'done' AND attempts >= $1 AND scope <> ${REPORTER}) AS poison,
+       (SELECT COUNT(*)::int FROM ${t} WHERE status = 'in_progress' AND lease_expires_at < now()) AS expired`,
     retentionBatch: `
 DELETE FROM ${t} WHERE ctid = ANY (ARRAY(
   SELECT ctid FROM ${t}

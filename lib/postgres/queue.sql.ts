@@ -8,6 +8,11 @@ export interface QueueStatements {
   readonly stats: string;
   /** Jobs waiting in the dead-letter queues of $1, oldest first, at most $2. */
   readonly deadLettered: string;
+  /**
+   * Takes a job waiting in a dead-letter queue out of it, for a retry in the same transaction:
+   * its data, or no row when it is not there (retried already). $1 dead-letter queue, $2 job id.
+   */
+  readonly takeDeadLetter: string;
 }
 
 /** The statements for pg-boss's `schema` (checked by the options: a bare identifier). */
@@ -32,5 +37,11 @@ export function queueStatements(schema: string): QueueStatements {
       WHERE name = ANY ($1::text[]) AND state < 'active'
       ORDER BY created_on, id
       LIMIT $2`,
+    // Deleted rather than completed: pg-boss would archive a completed copy, and the retried job
+    // is the one that matters. Waiting only: a dead-letter job a worker of its own runs is left.
+    takeDeadLetter: `
+      DELETE FROM ${schema}.job
+      WHERE name = $1 AND id = $2::uuid AND state < 'active'
+      RETURNING data`,
   };
 }

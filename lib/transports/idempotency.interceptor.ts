@@ -113,8 +113,8 @@ export class IdempotencyInterceptor implements NestInterceptor {
             if (response) delivery.recordResponse(response);
             return value;
           },
-          check,
-          order,
+          // The context is the delivery's origin, read for its span only when tracing is on.
+          { check, order, origin: context },
         )
         .then(
           (result) => {

@@ -3,8 +3,10 @@ import { register } from 'prom-client';
 
 /**
  * `GET /metrics` in Prometheus text format, from prom-client's default registry. The library
- * registers `idempotency_claims_total{scope,outcome}` and `idempotency_expired_leases` there by
- * itself when prom-client is installed; nothing in the sample wires them up.
+ * registers its metrics there by itself when prom-client is installed (`idempotency_claims_total`,
+ * the claim and handler duration histograms, the expired-lease and poison-event gauges, the
+ * handoff's queue metrics); nothing in the sample wires them up. The dashboard and alert rules the
+ * package ships (`observability/`) read them.
  */
 @Controller('metrics')
 export class MetricsController {

@@ -114,7 +114,11 @@ describe.each(onAdapter('fastify'))('idempotency metrics (%s)', (adapter) => {
     expect(text).toMatch(/^idempotency_expired_leases 1$/m);
 
     const metrics = running.app.get(IdempotencyMetrics);
-    expect(metrics.snapshot()).toEqual({ claims: { [EXTERNAL]: expected }, expiredLeases: 1 });
+    expect(metrics.snapshot()).toEqual({
+      claims: { [EXTERNAL]: expected },
+      expiredLeases: 1,
+      poisonEvents: 0,
+    });
 
     const hooked: Partial<Record<ClaimOutcome, number>> = {};
     for (const event of events) hooked[event.outcome] = (hooked[event.outcome] ?? 0) + 1;

@@ -464,7 +464,18 @@ describe.each(ROUTES)('Stripe sample: answers (%s)', (route) => {
   it('GET /health answers 200 and GET /metrics counts claims by scope and outcome', async () => {
     const health = await fetch(`${sample.url}/health`);
     expect(health.status).toBe(200);
-    expect(await health.json()).toMatchObject({ status: 'ok', info: { database: { status: 'up' } } });
+    expect(await health.json()).toMatchObject({
+      status: 'ok',
+      info: {
+        database: { status: 'up' },
+        // The library's indicator: the claims table answered, and the fulfilment queue is there.
+        idempotency: {
+          status: 'up',
+          claimsTable: 'reachable',
+          queues: { 'stripe-fulfilment': { deadLettered: 0 } },
+        },
+      },
+    });
 
     const counted = async (outcome: string) => {
       const text = await (await fetch(`${sample.url}/metrics`)).text();

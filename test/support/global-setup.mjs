@@ -6,10 +6,10 @@ import { ensureSystemPackages } from '../../dist/test/support/system-packages.js
 import { createTemplateDatabases, TEMPLATE_ENV } from '../../dist/test/support/template-databases.js';
 
 /**
- * Installs redis-server and pgbouncer where they are missing and the machine allows it (or stops
- * with one line naming the command to run), then starts one PostgreSQL and one Redis server for
- * the whole run, and migrates the template databases each test file's database is copied from;
- * workers read their addresses and names from the environment.
+ * Installs redis-server, pgbouncer, prometheus (with promtool) and chromium where they are missing
+ * and the machine allows it (or stops with one line naming the command to run), then starts one
+ * PostgreSQL and one Redis server for the whole run, and migrates the template databases each test
+ * file's database is copied from; workers read their addresses and names from the environment.
  */
 export default async function globalSetup() {
   await ensureSystemPackages();

@@ -28,6 +28,30 @@ export const PGBOUNCER: SystemProgram = {
   usedFor: 'the pooler tests',
 };
 
+/** Prometheus, for the scrape test of the sample's /metrics against the shipped alert rules. */
+export const PROMETHEUS: SystemProgram = {
+  binary: 'prometheus',
+  debianPackage: 'prometheus',
+  brewPackage: 'prometheus',
+  usedFor: 'the scrape test of the alert rules',
+};
+
+/** promtool (Debian's prometheus package ships it beside the server), for `promtool test rules`. */
+export const PROMTOOL: SystemProgram = {
+  binary: 'promtool',
+  debianPackage: 'prometheus',
+  brewPackage: 'prometheus',
+  usedFor: "the alert rules' unit tests",
+};
+
+/** Chromium, the real browser the console test drives headless (through playwright-core). */
+export const CHROMIUM: SystemProgram = {
+  binary: 'chromium',
+  debianPackage: 'chromium',
+  brewPackage: 'chromium',
+  usedFor: 'the console test in a browser',
+};
+
 /** How long apt-get waits for another apt-get or dpkg to finish before it fails. */
 const APT_LOCK_WAIT_SECONDS = 300;
 
@@ -89,7 +113,13 @@ export function findBinary(binary: string, dirs: string[] = searchPaths()): stri
 
 /** The programs the tests need on this machine that its search paths lack. */
 export function missingPrograms(facts: MachineFacts): SystemProgram[] {
-  const needed = [...(facts.redisUrl ? [] : [REDIS_SERVER]), ...(facts.pgbouncerBin ? [] : [PGBOUNCER])];
+  const needed = [
+    ...(facts.redisUrl ? [] : [REDIS_SERVER]),
+    ...(facts.pgbouncerBin ? [] : [PGBOUNCER]),
+    PROMETHEUS,
+    PROMTOOL,
+    CHROMIUM,
+  ];
   return needed.filter((program) => !findBinary(program.binary, facts.dirs));
 }
 
@@ -101,7 +131,7 @@ export function planSystemPackages(facts: MachineFacts): SystemPackagesPlan {
   const missing = missingPrograms(facts);
   if (missing.length === 0) return { action: 'none' };
   if (facts.debian && facts.root && findBinary('apt-get', facts.dirs)) {
-    const packages = missing.map((program) => program.debianPackage);
+    const packages = packagesOf(missing, 'debianPackage');
     const uses = missing.map((program) => `${program.binary} for ${program.usedFor}`).join(', ');
     return {
       action: 'install',
@@ -123,8 +153,15 @@ export function requireProgram(program: SystemProgram, facts: MachineFacts = thi
   return path;
 }
 
+/** `a`, `a and b`, `a, b and c`. */
 function namesOf(programs: SystemProgram[]): string {
-  return programs.map((program) => program.binary).join(' and ');
+  const names = programs.map((program) => program.binary);
+  return names.length <= 1 ? (names[0] ?? '') : `${names.slice(0, -1).join(', ')} and ${names.at(-1)}`;
+}
+
+/** The packages that ship `programs`, each once (prometheus ships two of them). */
+function packagesOf(programs: SystemProgram[], manager: 'debianPackage' | 'brewPackage'): string[] {
+  return [...new Set(programs.map((program) => program[manager]))];
 }
 
 /** One line: what is missing, where it was looked for, and the command that installs it. */
@@ -137,12 +174,12 @@ function notFoundLine(facts: MachineFacts, missing: SystemProgram[]): string {
 function installCommand(facts: MachineFacts, missing: SystemProgram[]): string {
   if (facts.debian) {
     const sudo = facts.root ? '' : 'sudo ';
-    return `run \`${sudo}apt-get install -y ${missing.map((program) => program.debianPackage).join(' ')}\``;
+    return `run \`${sudo}apt-get install -y ${packagesOf(missing, 'debianPackage').join(' ')}\``;
   }
   if (facts.platform === 'darwin') {
-    return `run \`brew install ${missing.map((program) => program.brewPackage).join(' ')}\``;
+    return `run \`brew install ${packagesOf(missing, 'brewPackage').join(' ')}\``;
   }
-  return `install ${missing.map((program) => program.debianPackage).join(' and ')} with your system's package manager`;
+  return `install ${packagesOf(missing, 'debianPackage').join(' and ')} with your system's package manager`;
 }
 
 /** The set-up stopped: its message, one line, says why and what to run. */

@@ -76,7 +76,16 @@ describe('published package', () => {
     expect(
       files.filter((file) => /(^|\/)(test|sample|bench|scripts)\//.test(file) || /spec\./.test(file)),
     ).toEqual([]);
-    expect(files.every((file) => /^dist\/(lib|cjs)\//.test(file) || !file.includes('/'))).toBe(true);
+    expect(
+      files.every((file) => /^(dist\/(lib|cjs)|observability)\//.test(file) || !file.includes('/')),
+    ).toBe(true);
+  });
+
+  it('ships the Grafana dashboard and the Prometheus alert rules, and nothing else beside them', () => {
+    expect(files.filter((file) => file.startsWith('observability/')).sort()).toEqual([
+      'observability/grafana/idempotency-dashboard.json',
+      'observability/prometheus/idempotency-alerts.rules.yml',
+    ]);
   });
 
   it('gives every script a shipped map that carries its sources', () => {

@@ -21,14 +21,18 @@ import {
 describe('test set-up: system packages', () => {
   let empty: string;
   let bin: string;
+  /** prometheus, promtool and chromium: the tests of redis-server and pgbouncer have them. */
+  let observability: string;
 
   beforeEach(async () => {
     empty = await mkdtemp(join(tmpdir(), 'no-programs-'));
     bin = await mkdtemp(join(tmpdir(), 'programs-'));
+    observability = await mkdtemp(join(tmpdir(), 'observability-programs-'));
+    for (const name of ['prometheus', 'promtool', 'chromium']) await executable(observability, name);
   });
 
   afterEach(async () => {
-    await Promise.all([empty, bin].map((dir) => rm(dir, { recursive: true, force: true })));
+    await Promise.all([empty, bin, observability].map((dir) => rm(dir, { recursive: true, force: true })));
   });
 
   const executable = async (dir: string, name: string, script = '#!/bin/sh\n') => {
@@ -36,11 +40,11 @@ describe('test set-up: system packages', () => {
     await chmod(join(dir, name), 0o755);
   };
   const machine = (facts: Partial<MachineFacts>): MachineFacts => ({
-    dirs: [empty],
     root: true,
     debian: true,
     platform: 'linux',
     ...facts,
+    dirs: [...(facts.dirs ?? [empty]), observability],
   });
 
   it('finds an executable in the first directory that has one, and not a plain file', async () => {
@@ -113,6 +117,34 @@ describe('test set-up: system packages', () => {
     });
     expect(planSystemPackages(machine({ redisUrl: 'redis://x', pgbouncerBin: '/opt/pgbouncer' }))).toEqual({
       action: 'none',
+    });
+  });
+
+  it('installs prometheus once for both of its programs, and chromium, beside the others', async () => {
+    await executable(bin, 'apt-get');
+    await rm(join(observability, 'promtool'));
+    await rm(join(observability, 'chromium'));
+    expect(planSystemPackages(machine({ dirs: [empty, bin] }))).toEqual({
+      action: 'install',
+      packages: ['redis-server', 'pgbouncer', 'prometheus', 'chromium'],
+      line:
+        'Test set-up: redis-server, pgbouncer, promtool and chromium missing, running apt-get install -y ' +
+        'redis-server pgbouncer prometheus chromium (the tests run redis-server for BullMQ and the microservice ' +
+        "transports, pgbouncer for the pooler tests, promtool for the alert rules' unit tests, chromium for the " +
+        'console test in a browser)',
+    });
+    await rm(join(observability, 'prometheus'));
+    expect(
+      planSystemPackages(machine({ dirs: [bin], redisUrl: 'redis://x', pgbouncerBin: '/x' })),
+    ).toMatchObject({
+      action: 'install',
+      packages: ['prometheus', 'chromium'],
+    });
+    expect(planSystemPackages(machine({ root: false, redisUrl: 'redis://x', pgbouncerBin: '/x' }))).toEqual({
+      action: 'stop',
+      line:
+        'Test set-up: prometheus, promtool and chromium not found (looked in PATH, /usr/sbin, /usr/bin): ' +
+        'run `sudo apt-get install -y prometheus chromium`',
     });
   });
 

@@ -1,5 +1,6 @@
 import { Injectable, Logger } from '@nestjs/common';
-import type { DeadLetteredJob, QueueStats } from '../../interfaces/index.js';
+import type { DeadLetteredJob, QueueStats, RetryDeadLetterResult } from '../../interfaces/index.js';
+import { retryDeadLetter } from './dead-letter-retry.js';
 import { HandoffMetrics } from './handoff-metrics.js';
 import { readHandoffPayload } from './handoff-payload.js';
 import { QueueHandoff } from './queue-handoff.js';
@@ -8,6 +9,9 @@ const deadLetteredJob = (queue: string, deadLetter: string, key: string, lastErr
   `dead-lettered job: queue ${queue} event ${key} ran out of retries and waits in ${deadLetter}${lastError ? `; last error: ${lastError}` : ''}`;
 
 const moreDeadLetteredJobs = (count: number) => `... and ${count} more dead-lettered jobs`;
+
+const deadLetterRetried = (queue: string, id: string, jobId: string, key: string | undefined) =>
+  `dead-lettered job ${id} retried by an operator: event ${key ?? '(none)'} is queued again in ${queue} as job ${jobId}`;
 
 /** Dead-lettered jobs logged per report; the rest is counted in one line. */
 const MAX_LOGGED_DEAD_LETTERS = 50;
@@ -73,15 +77,31 @@ export class HandoffQueues {
     if (!this.handoff.statements) return [];
     await this.stats();
     if (!log) return [];
+    const jobs = await this.deadLetters(MAX_REPORTED_DEAD_LETTERS);
+    for (const job of jobs.slice(0, MAX_LOGGED_DEAD_LETTERS)) {
+      this.logger.error(deadLetteredJob(job.queue, job.deadLetter, job.event?.key ?? job.id, job.lastError));
+    }
+    if (jobs.length > MAX_LOGGED_DEAD_LETTERS) {
+      this.logger.error(moreDeadLetteredJobs(jobs.length - MAX_LOGGED_DEAD_LETTERS));
+    }
+    return jobs;
+  }
+
+  /**
+   * The jobs waiting in the handoff's dead-letter queues, oldest first, at most `limit` (100), with
+   * their event and last error; empty without the `handoff` option.
+   */
+  async deadLetters(limit = MAX_REPORTED_DEAD_LETTERS): Promise<DeadLetteredJob[]> {
+    if (!this.handoff.statements) return [];
     const queuesOf = new Map<string, string[]>();
     for (const [name, settings] of this.handoff.queues) {
       queuesOf.set(settings.deadLetter, [...(queuesOf.get(settings.deadLetter) ?? []), name]);
     }
     const { rows } = await this.handoff.db.executeSql(this.handoff.statements.deadLettered, [
       [...queuesOf.keys()],
-      MAX_REPORTED_DEAD_LETTERS,
+      limit,
     ]);
-    const jobs = rows.map((row): DeadLetteredJob => {
+    return rows.map((row): DeadLetteredJob => {
       const payload = readHandoffPayload(row.data);
       const output = row.output as { message?: unknown } | null;
       return {
@@ -94,12 +114,20 @@ export class HandoffQueues {
         createdAt: new Date(row.created_on),
       };
     });
-    for (const job of jobs.slice(0, MAX_LOGGED_DEAD_LETTERS)) {
-      this.logger.error(deadLetteredJob(job.queue, job.deadLetter, job.event?.key ?? job.id, job.lastError));
-    }
-    if (jobs.length > MAX_LOGGED_DEAD_LETTERS) {
-      this.logger.error(moreDeadLetteredJobs(jobs.length - MAX_LOGGED_DEAD_LETTERS));
-    }
-    return jobs;
+  }
+
+  /**
+   * Sends dead-lettered job `id` (its id in the dead-letter queue, as `deadLetters()` lists it)
+   * back to `queue`, the queue it ran out of retries in, as a new job with the same data and the
+   * queue's retries afresh. The dead-letter copy is removed in the same transaction, so a retry
+   * happens once however often it is asked for. Logged as a warning. Refused (`retried: false`),
+   * changing nothing: `unknown_queue`, `not_found` (retried already, or not there). Throws only
+   * when the database fails or the handoff has not started.
+   */
+  async retryDeadLetter(queue: string, id: string): Promise<RetryDeadLetterResult> {
+    const result = await retryDeadLetter(this.handoff, queue, id);
+    if (result.retried) this.logger.warn(deadLetterRetried(queue, id, result.jobId, result.event?.key));
+    else this.logger.log(`dead-letter retry refused: ${result.message}`);
+    return result;
   }
 }

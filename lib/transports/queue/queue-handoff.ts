@@ -16,6 +16,7 @@ import type { JobEnqueuer } from '../../core/job-enqueuer.js';
 import { IDEMPOTENCY_CONFIG, IDEMPOTENCY_DATA_SOURCE } from '../../idempotency.constants.js';
 import { handoffNotConfigured, pgBossFailed } from '../../idempotency.messages.js';
 import type { EnqueueOptions, HandedOffEvent, IdempotencyConfig } from '../../interfaces/index.js';
+import { DeliveryTelemetry } from '../../observability/delivery-telemetry.js';
 import { poolExecutor } from '../../postgres/pool-executor.js';
 import { queueStatements, type QueueStatements } from '../../postgres/queue.sql.js';
 import {
@@ -83,11 +84,13 @@ export class QueueHandoff implements JobEnqueuer, OnModuleInit, OnApplicationBoo
 
   constructor(
     @Inject(IDEMPOTENCY_CONFIG) config: IdempotencyConfig,
-    @Inject(IDEMPOTENCY_DATA_SOURCE) dataSource: DataSource,
+    /** The claims' DataSource, whose pool the handoff writes through (HandoffQueues' retries too). */
+    @Inject(IDEMPOTENCY_DATA_SOURCE) readonly dataSource: DataSource,
     private readonly runner: ClaimRunner,
     private readonly metrics: HandoffMetrics,
     private readonly discovery: DiscoveryService,
     private readonly scanner: MetadataScanner,
+    private readonly telemetry: DeliveryTelemetry,
   ) {
     this.db = poolExecutor(dataSource);
     if (config.handoff !== undefined) {
@@ -95,6 +98,11 @@ export class QueueHandoff implements JobEnqueuer, OnModuleInit, OnApplicationBoo
       this.handoff = resolveHandoffOptions(config.handoff, () => undefined);
       this.statements = queueStatements(this.handoff.schema);
     }
+  }
+
+  /** pg-boss once started (for HandoffQueues' dead-letter retries), else undefined. */
+  get pgBoss(): PgBoss | undefined {
+    return this.boss;
   }
 
   /** True when the module has a `handoff` option. */
@@ -191,7 +199,8 @@ export class QueueHandoff implements JobEnqueuer, OnModuleInit, OnApplicationBoo
         return Promise.resolve({ rows: [{ id }], rowCount: 1 });
       },
     };
-    const sent = await this.boss.send(queue, handoffPayload(event, data), {
+    // With OpenTelemetry, the job carries the delivery's trace context for the worker to continue.
+    const sent = await this.boss.send(queue, handoffPayload(event, data, this.telemetry.carrier()), {
       db: withCommit,
       id,
       ...(startAfterSeconds ? { startAfter: startAfterSeconds } : {}),

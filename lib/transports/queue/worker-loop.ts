@@ -155,6 +155,8 @@ export class WorkerLoop {
           }
           return value;
         },
+        // The job's origin, for its span, which continues the trace context the job carries.
+        { origin: { system: 'pg-boss', destination: queue, carrier: payload.trace } },
       );
     } catch (error) {
       await this.fail(job, event.key, attempt, lastAttempt, error);
