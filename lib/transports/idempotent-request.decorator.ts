@@ -1,8 +1,9 @@
-import { applyDecorators, SetMetadata, UseInterceptors } from '@nestjs/common';
+import { applyDecorators, SetMetadata, UseFilters, UseInterceptors } from '@nestjs/common';
 import { resolveClaimSpec } from '../core/claim-options.js';
 import { claimOptionType } from '../idempotency.messages.js';
 import { IDEMPOTENT_WEBHOOK_METADATA } from '../idempotency.constants.js';
 import type { IdempotentRequestOptions } from '../interfaces/index.js';
+import { ProblemDetailsFilter } from './http/problem-details.filter.js';
 import { requestFingerprint, type RequestMode } from './http/request-mode.js';
 import { IdempotencyInterceptor } from './idempotency.interceptor.js';
 import type { IdempotentWebhookMetadata } from './idempotent-webhook.decorator.js';
@@ -36,7 +37,9 @@ const headerKey = () => undefined;
  *
  * Refusals are problem details (`application/problem+json`): no key 400 (`required`), a key
  * reused with another method, URL or body 422, a retry while the first runs 409 + `Retry-After`.
- * The route keeps Nest's status (201 for POST). HTTP routes only; streams, SSE and `@Res()`
+ * They are answered by the route's own filter, ProblemDetailsFilter (the library's errors only: an
+ * app's filter for IdempotencyError does not see them on this route), so that the Content-Type
+ * holds on Nest 11 too. The route keeps Nest's status (201 for POST). HTTP routes only; streams, SSE and `@Res()`
  * without passthrough fail the boot.
  */
 export function IdempotentRequest(options: IdempotentRequestOptions = {}): MethodDecorator {
@@ -96,6 +99,8 @@ export function IdempotentRequest(options: IdempotentRequestOptions = {}): Metho
     applyDecorators(
       SetMetadata(IDEMPOTENT_WEBHOOK_METADATA, metadata),
       UseInterceptors(IdempotencyInterceptor),
+      // Problem details keep their Content-Type on Nest 11's Express adapter too.
+      UseFilters(ProblemDetailsFilter),
     )(target, propertyKey, descriptor);
   };
 }

@@ -17,7 +17,10 @@ export interface FixtureAppSettings {
   /** More pg pool settings (`extra`): `connectionTimeoutMillis`, `application_name`, ... @default {} */
   pool?: Record<string, unknown>;
   /** More DataSource options: `isolationLevel`, `subscribers`, `schema`. @default {} */
-  dataSource?: Partial<Omit<PostgresConnectionOptions, 'type' | 'url' | 'entities' | 'extra'>>;
+  // isolationLevel too: TypeORM 0.3's options type has none (the matrix builds against it), 1.x's has.
+  dataSource?: Partial<Omit<PostgresConnectionOptions, 'type' | 'url' | 'entities' | 'extra'>> & {
+    isolationLevel?: string;
+  };
   /** The DataSource's entities. @default IDEMPOTENCY_ENTITIES */
   entities?: NonNullable<PostgresConnectionOptions['entities']>;
   /**

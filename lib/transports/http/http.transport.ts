@@ -10,10 +10,8 @@ import {
 import type { IdempotencyConfig } from '../../interfaces/index.js';
 import type { DeliveryTransport, SettledResult } from '../delivery-transport.js';
 import type { IdempotentWebhookMetadata } from '../idempotent-webhook.decorator.js';
+import { PROBLEM_JSON } from './problem-details.filter.js';
 import { captureHttpResponse } from './stored-http-response.js';
-
-/** The media type of RFC 9457 problem details, as the Idempotency-Key draft answers its refusals. */
-const PROBLEM_JSON = 'application/problem+json';
 
 /**
  * Webhooks over HTTP (Express or Fastify, through Nest's adapter).
