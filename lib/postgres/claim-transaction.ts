@@ -1,5 +1,5 @@
 import type { Pool, PoolClient, QueryResult } from 'pg';
-import type { EntityManager, QueryRunner } from 'typeorm';
+import type { DataSource, EntityManager, QueryRunner } from 'typeorm';
 import { runAfterCommit } from '../core/after-commit.js';
 import {
   fingerprintsConflict,
@@ -34,7 +34,13 @@ interface DeferredStatement {
   template: StatementTemplate;
   literals: readonly string[];
 }
-import { adoptTransaction, attachConnection, forgetTransaction, releaseRunner } from './typeorm-internals.js';
+import {
+  adoptTransaction,
+  attachConnection,
+  forgetTransaction,
+  listenForErrors,
+  releaseRunner,
+} from './typeorm-internals.js';
 
 const claimTransactionOver = () =>
   `The claim transaction is over: SQL through the delivery's executor (and IdempotencyContext.enqueue()) must run inside the handler, before it returns`;
@@ -225,15 +231,62 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
    */
   stale = false;
 
+  /** The runner, once made (see `runner`). */
+  private queryRunner?: QueryRunner;
+  /** Whether the transaction is open, while no runner is made (the runner keeps it after). */
+  private active = false;
+
   constructor(
-    /** The TypeORM runner whose connection the transaction runs on. */
-    readonly runner: QueryRunner,
+    /** The DataSource whose pool the transaction takes its connection from, and its runner. */
+    private readonly dataSource: DataSource,
     private readonly options: ClaimTransactionOptions,
   ) {}
+
+  /**
+   * The TypeORM runner on the transaction's connection, made when first asked for (the handler's
+   * manager, subscribers, an isolation level for TypeORM to check), connected to the
+   * transaction's client and told of its transaction then. A delivery that never asks (a replay,
+   * a handler that writes through the executor only) makes none: a QueryRunner and its
+   * EntityManager are a dozen objects per delivery.
+   */
+  get runner(): QueryRunner {
+    if (this.queryRunner) return this.queryRunner;
+    const runner = (this.queryRunner = this.dataSource.createQueryRunner());
+    if (this.released) {
+      // Asked for after the delivery: a released runner, whose manager refuses every query.
+      releaseRunner(runner);
+    } else if (this.client) {
+      attachConnection(runner, this.client);
+      if (this.active) adoptTransaction(runner);
+    }
+    return runner;
+  }
+
+  /** True when `runner` is this transaction's own runner (never makes one). */
+  ownsRunner(runner: QueryRunner | undefined): boolean {
+    return runner !== undefined && runner === this.queryRunner;
+  }
 
   /** The EntityManager bound to this transaction. */
   get manager(): EntityManager {
     return this.runner.manager;
+  }
+
+  /** Whether the transaction is open: the runner's state once it is made, which TypeORM keeps too. */
+  private get transactionActive(): boolean {
+    return this.queryRunner ? this.queryRunner.isTransactionActive : this.active;
+  }
+
+  /** The transaction is open (BEGIN sent with the claim), for the runner too if made. */
+  private adopt(): void {
+    this.active = true;
+    if (this.queryRunner) adoptTransaction(this.queryRunner);
+  }
+
+  /** The transaction is over (COMMIT or ROLLBACK sent straight on the connection). */
+  private forget(): void {
+    this.active = false;
+    if (this.queryRunner) forgetTransaction(this.queryRunner);
   }
 
   /** SQL on this transaction's connection: the transaction itself. */
@@ -275,11 +328,11 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
     variant?: ClaimVariant,
   ): Promise<ClaimFound> {
     this.client = client;
-    attachConnection(this.runner, client);
+    listenForErrors(client);
     const { isolationLevel, subscribed } = this.options;
     const unknownLevel = isolationLevel !== undefined && !ISOLATION_LEVELS.has(isolationLevel);
     if (subscribed || unknownLevel) return this.beginAndClaimThroughRunner(client, values, check, variant);
-    adoptTransaction(this.runner);
+    this.adopt();
     const begin = isolationLevel ? `BEGIN ISOLATION LEVEL ${isolationLevel}` : 'BEGIN';
     return this.claimAfter(client, begin, 'ROLLBACK', values, check, variant);
   }
@@ -303,7 +356,7 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
       return this.settle(client, claimed.rows[0] as ClaimRow, values, check);
     }
     await this.runner.broadcaster.broadcast('BeforeTransactionStart');
-    adoptTransaction(this.runner);
+    this.adopt();
     const begin = isolationLevel ? `BEGIN ISOLATION LEVEL ${isolationLevel}` : 'BEGIN';
     const row = await this.claimRow(client, begin, 'ROLLBACK', values, variant);
     await this.runner.broadcaster.broadcast('AfterTransactionStart');
@@ -555,18 +608,18 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
   commit(lose = false): Promise<CommitOutcome> {
     if (lose) return this.loseCommit();
     const client = this.client;
-    if (client && this.runner.isTransactionActive && !this.options.subscribed && !this.deferred) {
+    if (client && this.transactionActive && !this.options.subscribed && !this.deferred) {
       // The plain COMMIT, answered in one `.then` on its query: an async function awaiting end()
       // would make two promises more, each paying AsyncLocalStorage's hooks.
       return client.query('COMMIT').then(
         (result) => {
-          forgetTransaction(this.runner);
+          this.forget();
           // Postgres answers the COMMIT of an aborted transaction with the tag ROLLBACK.
           if (result.command !== 'ROLLBACK') return COMMITTED;
           return { kind: 'rolled_back', error: new CommitRolledBackError() };
         },
         (error: unknown) => {
-          forgetTransaction(this.runner);
+          this.forget();
           return this.commitFailed(error);
         },
       );
@@ -606,7 +659,7 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
 
   /** The transaction's connection while it is open; throws once it is over. */
   private openClient(): PoolClient {
-    if (!this.client || !this.runner.isTransactionActive || this.released) {
+    if (!this.client || !this.transactionActive || this.released) {
       throw new Error(claimTransactionOver());
     }
     return this.client;
@@ -619,7 +672,7 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
    * CommitRolledBackError: nothing was written.
    */
   end(action: 'COMMIT' | 'ROLLBACK'): Promise<void> {
-    if (!this.runner.isTransactionActive || !this.client) return Promise.resolve();
+    if (!this.transactionActive || !this.client) return Promise.resolve();
     if (this.options.subscribed) return this.endAndBroadcast(action);
     return this.send(this.client, action);
   }
@@ -631,7 +684,7 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
    * then fails with TypeORM's "already released" error rather than a database error.
    */
   get connectionLost(): boolean {
-    return this.runner.isReleased && !this.released;
+    return this.queryRunner !== undefined && this.queryRunner.isReleased && !this.released;
   }
 
   /**
@@ -706,8 +759,7 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
    * Unnamed, as it is rare.
    */
   async afterwards(statement: ClaimStatement, values: unknown[]): Promise<void> {
-    if (!this.client || this.runner.isTransactionActive)
-      throw new Error('the claim transaction is still open');
+    if (!this.client || this.transactionActive) throw new Error('the claim transaction is still open');
     await this.client.query(claimQuery(statement, values, false));
   }
 
@@ -718,7 +770,9 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
   release(): void {
     if (this.released) return;
     this.released = true;
-    releaseRunner(this.runner);
+    if (this.queryRunner) releaseRunner(this.queryRunner);
+    // No runner made: the client goes back as the runner would give it (pg-pool drops a broken one).
+    else this.client?.release();
   }
 
   /** end() for a DataSource with subscribers: they hear of it as from commitTransaction(). */
@@ -772,7 +826,7 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
       results = (await client.query(parts.join(';\n'))) as unknown as QueryResult[];
     } catch (error) {
       await client.query('ROLLBACK').catch(() => undefined);
-      forgetTransaction(this.runner);
+      this.forget();
       if (isPreparedStatementMiss(error)) {
         const code = errorCode(error)!;
         // 42P05: a PREPARE found its name there already; 26000: an EXECUTE found it missing.
@@ -791,7 +845,7 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
           : undefined;
       throw missing ? new DeferredWriteMissingError(missing) : error;
     }
-    forgetTransaction(this.runner);
+    this.forget();
     for (const name of preparing) remember(client, name, true);
     // Postgres answers the COMMIT of an aborted transaction with the tag ROLLBACK.
     if (results[results.length - 1].command === 'ROLLBACK') throw new CommitRolledBackError();
@@ -818,12 +872,12 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
     // Whatever the answer, the transaction is over (a failed COMMIT ends it too, or the connection).
     return client.query(action).then(
       (result) => {
-        forgetTransaction(this.runner);
+        this.forget();
         // Postgres answers the COMMIT of an aborted transaction with the tag ROLLBACK.
         if (action === 'COMMIT' && result.command === 'ROLLBACK') throw new CommitRolledBackError();
       },
       (error: unknown) => {
-        forgetTransaction(this.runner);
+        this.forget();
         throw error;
       },
     );

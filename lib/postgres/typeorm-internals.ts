@@ -47,12 +47,29 @@ export function listenForEarlyErrors(dataSource: DataSource): void {
   if (guardedPools.has(pool)) return;
   guardedPools.add(pool);
   pool.on('connect', (client) => {
+    guardedClients.add(client);
     client.on('error', ignoreError);
   });
 }
 
 /** The early-error listener: pg has already recorded the error on the client. */
 function ignoreError(): void {}
+
+/** Clients that have the early-error listener, whether from the pool's 'connect' or from listenForErrors. */
+const guardedClients = new WeakSet<PoolClient>();
+
+/**
+ * Gives a client taken from the pool the early-error listener if it has none yet: a client the
+ * pool made before listenForEarlyErrors() (TypeORM's own first connections, at initialize) has
+ * no listener of its own while it is checked out, and a delivery that makes no QueryRunner
+ * (whose connect() would add one) must not let a terminated backend end the process. Once per
+ * client: the WeakSet's check is all a delivery pays.
+ */
+export function listenForErrors(client: PoolClient): void {
+  if (guardedClients.has(client)) return;
+  guardedClients.add(client);
+  client.on('error', ignoreError);
+}
 
 /** What PostgresQueryRunner.connect() sets once it has its pg client, and what release() reads. */
 interface ConnectionState {

@@ -177,7 +177,7 @@ export class TransactionStrategy implements ClaimStrategy {
       for (let attempt = 1; ; attempt++) {
         const retriesLeft = attempt < MAX_TRANSACTION_TRIES;
         const transaction = new ClaimTransaction(
-          this.database.dataSource.createQueryRunner(),
+          this.database.dataSource,
           this.transactionOptions(check !== undefined),
         );
         try {
