@@ -1,5 +1,5 @@
-import type { PoolClient, QueryResult } from 'pg';
-import type { EntityManager, QueryRunner } from 'typeorm';
+import type { Pool, PoolClient, QueryResult } from 'pg';
+import type { DataSource, EntityManager, QueryRunner } from 'typeorm';
 import { runAfterCommit } from '../core/after-commit.js';
 import {
   fingerprintsConflict,
@@ -34,7 +34,13 @@ interface DeferredStatement {
   template: StatementTemplate;
   literals: readonly string[];
 }
-import { adoptTransaction, connectRunner, forgetTransaction } from './typeorm-internals.js';
+import {
+  adoptTransaction,
+  attachConnection,
+  forgetTransaction,
+  listenForErrors,
+  releaseRunner,
+} from './typeorm-internals.js';
 
 const claimTransactionOver = () =>
   `The claim transaction is over: SQL through the delivery's executor (and IdempotencyContext.enqueue()) must run inside the handler, before it returns`;
@@ -157,6 +163,8 @@ const ISOLATION_LEVELS = new Set(['READ UNCOMMITTED', 'READ COMMITTED', 'REPEATA
 
 /** How the claim's transactions are run; fixed per DataSource and module. */
 export interface ClaimTransactionOptions {
+  /** The pg pool under the DataSource, which the transaction takes its connection from. */
+  pool: Pool;
   /** The claims table's statements. */
   statements: ClaimStatements;
   /** Whether to prepare them now (the module's `preparedStatements`, and what it has seen). */
@@ -223,15 +231,62 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
    */
   stale = false;
 
+  /** The runner, once made (see `runner`). */
+  private queryRunner?: QueryRunner;
+  /** Whether the transaction is open, while no runner is made (the runner keeps it after). */
+  private active = false;
+
   constructor(
-    /** The TypeORM runner whose connection the transaction runs on. */
-    readonly runner: QueryRunner,
+    /** The DataSource whose pool the transaction takes its connection from, and its runner. */
+    private readonly dataSource: DataSource,
     private readonly options: ClaimTransactionOptions,
   ) {}
+
+  /**
+   * The TypeORM runner on the transaction's connection, made when first asked for (the handler's
+   * manager, subscribers, an isolation level for TypeORM to check), connected to the
+   * transaction's client and told of its transaction then. A delivery that never asks (a replay,
+   * a handler that writes through the executor only) makes none: a QueryRunner and its
+   * EntityManager are a dozen objects per delivery.
+   */
+  get runner(): QueryRunner {
+    if (this.queryRunner) return this.queryRunner;
+    const runner = (this.queryRunner = this.dataSource.createQueryRunner());
+    if (this.released) {
+      // Asked for after the delivery: a released runner, whose manager refuses every query.
+      releaseRunner(runner);
+    } else if (this.client) {
+      attachConnection(runner, this.client);
+      if (this.active) adoptTransaction(runner);
+    }
+    return runner;
+  }
+
+  /** True when `runner` is this transaction's own runner (never makes one). */
+  ownsRunner(runner: QueryRunner | undefined): boolean {
+    return runner !== undefined && runner === this.queryRunner;
+  }
 
   /** The EntityManager bound to this transaction. */
   get manager(): EntityManager {
     return this.runner.manager;
+  }
+
+  /** Whether the transaction is open: the runner's state once it is made, which TypeORM keeps too. */
+  private get transactionActive(): boolean {
+    return this.queryRunner ? this.queryRunner.isTransactionActive : this.active;
+  }
+
+  /** The transaction is open (BEGIN sent with the claim), for the runner too if made. */
+  private adopt(): void {
+    this.active = true;
+    if (this.queryRunner) adoptTransaction(this.queryRunner);
+  }
+
+  /** The transaction is over (COMMIT or ROLLBACK sent straight on the connection). */
+  private forget(): void {
+    this.active = false;
+    if (this.queryRunner) forgetTransaction(this.queryRunner);
   }
 
   /** SQL on this transaction's connection: the transaction itself. */
@@ -253,26 +308,58 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
   }
 
   /**
-   * Begins the transaction and claims (scope, key, source) with the given lock_timeout, and says
-   * what the claim found. With `variant`, that statement claims in the claim's place (and does
-   * more: the ordering guard). On an error the transaction may be open: roll back.
+   * A connection from the DataSource's pool for beginAndClaim(): the pool's own promise, one where
+   * TypeORM's QueryRunner.connect() makes five.
    */
-  async beginAndClaim(values: ClaimValues, check?: ClaimCheck, variant?: ClaimVariant): Promise<ClaimFound> {
-    const client = (this.client = await connectRunner(this.runner));
-    const { statements, isolationLevel, subscribed } = this.options;
+  connect(): Promise<PoolClient> {
+    return this.options.pool.connect();
+  }
+
+  /**
+   * Begins the transaction on `client` (from connect(), now this transaction's and its runner's)
+   * and claims (scope, key, source) with the given lock_timeout, and says what the claim found.
+   * With `variant`, that statement claims in the claim's place (and does more: the ordering
+   * guard). On an error the transaction may be open: roll back.
+   */
+  beginAndClaim(
+    client: PoolClient,
+    values: ClaimValues,
+    check?: ClaimCheck,
+    variant?: ClaimVariant,
+  ): Promise<ClaimFound> {
+    this.client = client;
+    listenForErrors(client);
+    const { isolationLevel, subscribed } = this.options;
+    const unknownLevel = isolationLevel !== undefined && !ISOLATION_LEVELS.has(isolationLevel);
+    if (subscribed || unknownLevel) return this.beginAndClaimThroughRunner(client, values, check, variant);
+    this.adopt();
+    const begin = isolationLevel ? `BEGIN ISOLATION LEVEL ${isolationLevel}` : 'BEGIN';
+    return this.claimAfter(client, begin, 'ROLLBACK', values, check, variant);
+  }
+
+  /**
+   * beginAndClaim() where TypeORM must hear of the transaction's start: subscribers, or an
+   * isolation level left to its startTransaction() to accept or reject.
+   */
+  private async beginAndClaimThroughRunner(
+    client: PoolClient,
+    values: ClaimValues,
+    check?: ClaimCheck,
+    variant?: ClaimVariant,
+  ): Promise<ClaimFound> {
+    const { statements, isolationLevel } = this.options;
     if (isolationLevel !== undefined && !ISOLATION_LEVELS.has(isolationLevel)) {
-      // Left to TypeORM's startTransaction() to accept or reject.
       await this.runner.startTransaction();
       const claim = variant?.statement ?? statements.transactionClaim;
       const claimed = await client.query(claimQuery(claim, [...values, ...(variant?.values ?? [])], false));
       variant?.answered(claimed.rows[0] as Record<string, unknown>);
       return this.settle(client, claimed.rows[0] as ClaimRow, values, check);
     }
-    if (subscribed) await this.runner.broadcaster.broadcast('BeforeTransactionStart');
-    adoptTransaction(this.runner);
+    await this.runner.broadcaster.broadcast('BeforeTransactionStart');
+    this.adopt();
     const begin = isolationLevel ? `BEGIN ISOLATION LEVEL ${isolationLevel}` : 'BEGIN';
-    const row = await this.claimAfter(client, begin, 'ROLLBACK', values, variant);
-    if (subscribed) await this.runner.broadcaster.broadcast('AfterTransactionStart');
+    const row = await this.claimRow(client, begin, 'ROLLBACK', values, variant);
+    await this.runner.broadcaster.broadcast('AfterTransactionStart');
     return this.settle(client, row, values, check);
   }
 
@@ -294,11 +381,15 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
    * this delivery runs: it commits with this transaction or not at all. On an error (a duplicate's
    * lock_timeout among them) roll back to the savepoint.
    */
-  async claimAt(savepoint: Savepoint, values: ClaimValues, check?: ClaimCheck): Promise<ClaimFound> {
-    const client = this.openClient();
+  claimAt(savepoint: Savepoint, values: ClaimValues, check?: ClaimCheck): Promise<ClaimFound> {
+    let client: PoolClient;
+    try {
+      client = this.openClient();
+    } catch (error) {
+      return Promise.reject(error);
+    }
     const head = `SAVEPOINT ${savepoint.name}`;
-    const row = await this.claimAfter(client, head, `ROLLBACK TO SAVEPOINT ${savepoint.name}`, values);
-    return this.settle(client, row, values, check);
+    return this.claimAfter(client, head, `ROLLBACK TO SAVEPOINT ${savepoint.name}`, values, check);
   }
 
   /**
@@ -312,52 +403,109 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
   }
 
   /**
-   * `head` (BEGIN, or a SAVEPOINT) and the claim as one simple-protocol query, one round trip
-   * (TypeORM's startTransaction() and a parameterized claim would take two): `EXECUTE` of the
-   * prepared claim, with its PREPARE in front the first time a connection sends it, or the claim
-   * inlined. A round that misses its prepared state is undone with `undo` and sent again.
+   * `head` (BEGIN, or a SAVEPOINT) and the claim as one simple-protocol query, and what it found.
+   * The first round is one `.then` on the query, settled at once when the claim inserted its row
+   * or found it done (the rows of nearly every delivery): an async function per step would be a
+   * promise more each, and every promise pays AsyncLocalStorage's hooks. A round that missed its
+   * prepared state, and rows that need more statements to settle, go the long way (claimRow, settle).
    */
-  private async claimAfter(
+  private claimAfter(
+    client: PoolClient,
+    head: string,
+    undo: string,
+    values: ClaimValues,
+    check?: ClaimCheck,
+    variant?: ClaimVariant,
+  ): Promise<ClaimFound> {
+    const { statements } = this.options;
+    const claim = variant?.statement ?? statements.transactionClaim;
+    const literals = claimLiterals(client, values, variant);
+    const how = this.howToSend(client, claim.name, 1);
+    return client.query(claimAfterSql(statements, head, literals, how, claim, variant?.types)).then(
+      (answer) => {
+        const row = this.claimAnswered(client, answer, how, claim.name, variant);
+        return settledAtOnce(row, check) ?? this.settle(client, row, values, check);
+      },
+      async (error: unknown) => {
+        this.claimRoundFailed(client, error, how, claim.name, 1);
+        await client.query(undo);
+        const row = await this.claimRow(client, head, undo, values, variant, 2);
+        return this.settle(client, row, values, check);
+      },
+    );
+  }
+
+  /** How round `round` of a claim sends it: inlined, EXECUTE, or PREPARE and EXECUTE. */
+  private howToSend(
+    client: PoolClient,
+    name: string,
+    round: number,
+  ): 'inline' | 'execute' | 'prepare-and-execute' {
+    if (!this.options.prepared.active || round === MAX_ROUNDS) return 'inline';
+    return preparedConnections.get(client)?.has(name) ? 'execute' : 'prepare-and-execute';
+  }
+
+  /** The claim's row from its query's answer (one result per statement; the claim's is the last). */
+  private claimAnswered(
+    client: PoolClient,
+    answer: QueryResult,
+    how: 'inline' | 'execute' | 'prepare-and-execute',
+    name: string,
+    variant?: ClaimVariant,
+  ): ClaimRow {
+    const results = answer as unknown as QueryResult[];
+    if (how === 'prepare-and-execute') remember(client, name, true);
+    const row = results[results.length - 1].rows[0] as ClaimRow;
+    variant?.answered(row as unknown as Record<string, unknown>);
+    return row;
+  }
+
+  /**
+   * A claim round failed: what its PREPARE left on the connection is remembered, and the error
+   * thrown again unless it is a prepared-state miss another round can correct.
+   */
+  private claimRoundFailed(
+    client: PoolClient,
+    error: unknown,
+    how: 'inline' | 'execute' | 'prepare-and-execute',
+    name: string,
+    round: number,
+  ): void {
+    // The claim itself failed (a duplicate's lock_timeout, say) after its PREPARE had run,
+    // and a PREPARE outlives the rollback: the connection has the statement.
+    if (how === 'prepare-and-execute' && !isPreparedStatementMiss(error) && !isConnectionError(error)) {
+      remember(client, name, true);
+    }
+    if (round >= MAX_ROUNDS || !isPreparedStatementMiss(error)) throw error;
+    const code = errorCode(error)!;
+    this.options.prepared.missed(name, code);
+    remember(client, name, code === DUPLICATE_PREPARED_STATEMENT);
+  }
+
+  /**
+   * The claim's rounds from `round` on, as claimAfter() sends them, answering the claim's row: a
+   * round that misses its prepared state is undone with `undo` and sent again (MAX_ROUNDS).
+   */
+  private async claimRow(
     client: PoolClient,
     head: string,
     undo: string,
     values: ClaimValues,
     variant?: ClaimVariant,
+    round = 1,
   ): Promise<ClaimRow> {
-    const { statements, prepared } = this.options;
-    // The simple protocol takes no parameters: the values go as literals, escaped by pg (a
-    // delivery without a fingerprint has a NULL one).
-    const given = variant ? [...values, ...variant.values] : values;
-    const literals = given.map((value) => (value === null ? 'NULL' : client.escapeLiteral(value)));
+    const { statements } = this.options;
     const claim = variant?.statement ?? statements.transactionClaim;
-    const { name } = claim;
-    for (let round = 1; ; round++) {
-      const known = preparedConnections.get(client);
-      const how =
-        !prepared.active || round === MAX_ROUNDS
-          ? 'inline'
-          : known?.has(name)
-            ? 'execute'
-            : 'prepare-and-execute';
+    const literals = claimLiterals(client, values, variant);
+    for (; ; round++) {
+      const how = this.howToSend(client, claim.name, round);
       try {
-        // Several statements in one query answer with one result each; the claim's is the last.
-        const results = (await client.query(
+        const answer = await client.query(
           claimAfterSql(statements, head, literals, how, claim, variant?.types),
-        )) as unknown as QueryResult[];
-        if (how === 'prepare-and-execute') remember(client, name, true);
-        const row = results[results.length - 1].rows[0] as ClaimRow;
-        variant?.answered(row as unknown as Record<string, unknown>);
-        return row;
+        );
+        return this.claimAnswered(client, answer, how, claim.name, variant);
       } catch (error) {
-        // The claim itself failed (a duplicate's lock_timeout, say) after its PREPARE had run,
-        // and a PREPARE outlives the rollback: the connection has the statement.
-        if (how === 'prepare-and-execute' && !isPreparedStatementMiss(error) && !isConnectionError(error)) {
-          remember(client, name, true);
-        }
-        if (round >= MAX_ROUNDS || !isPreparedStatementMiss(error)) throw error;
-        const code = errorCode(error)!;
-        prepared.missed(name, code);
-        remember(client, name, code === DUPLICATE_PREPARED_STATEMENT);
+        this.claimRoundFailed(client, error, how, claim.name, round);
         await client.query(undo);
       }
     }
@@ -457,25 +605,47 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
    * COMMIT leaves instead: the transaction rolled back, as Postgres does for a lost session, and
    * the answer a lost connection gives, so the delivery goes down a real crash's path.
    */
-  async commit(lose = false): Promise<CommitOutcome> {
-    if (lose) {
-      this.deferred = undefined;
-      this.committed = undefined;
-      await this.rollbackQuietly();
-      const error = new Error('Connection terminated before the COMMIT (crashBeforeCommit)');
-      return { kind: 'unknown', error: Object.assign(error, { code: 'ECONNRESET' }) };
+  commit(lose = false): Promise<CommitOutcome> {
+    if (lose) return this.loseCommit();
+    const client = this.client;
+    if (client && this.transactionActive && !this.options.subscribed && !this.deferred) {
+      // The plain COMMIT, answered in one `.then` on its query: an async function awaiting end()
+      // would make two promises more, each paying AsyncLocalStorage's hooks.
+      return client.query('COMMIT').then(
+        (result) => {
+          this.forget();
+          // Postgres answers the COMMIT of an aborted transaction with the tag ROLLBACK.
+          if (result.command !== 'ROLLBACK') return COMMITTED;
+          return { kind: 'rolled_back', error: new CommitRolledBackError() };
+        },
+        (error: unknown) => {
+          this.forget();
+          return this.commitFailed(error);
+        },
+      );
     }
-    try {
-      await this.end('COMMIT');
-      return COMMITTED;
-    } catch (error) {
-      // The transaction is over; nothing (or, for `unknown`, perhaps everything) was written.
-      if (error instanceof CommitRolledBackError) return { kind: 'rolled_back', error };
-      await this.rollbackQuietly();
-      if (isRetryable(error) || error instanceof DeferredStatementMissError) return { kind: 'retry', error };
-      if (isDataError(error)) return { kind: 'refused', error };
-      return { kind: 'unknown', error };
-    }
+    return this.end('COMMIT').then(
+      () => COMMITTED,
+      (error: unknown) => this.commitFailed(error),
+    );
+  }
+
+  /** commit() with `lose`: the transaction rolled back and its answer lost, as for a crash. */
+  private async loseCommit(): Promise<CommitOutcome> {
+    this.deferred = undefined;
+    this.committed = undefined;
+    await this.rollbackQuietly();
+    const error = new Error('Connection terminated before the COMMIT (crashBeforeCommit)');
+    return { kind: 'unknown', error: Object.assign(error, { code: 'ECONNRESET' }) };
+  }
+
+  /** How a COMMIT that failed ended. The transaction is over; nothing (or, for `unknown`, perhaps everything) was written. */
+  private async commitFailed(error: unknown): Promise<CommitOutcome> {
+    if (error instanceof CommitRolledBackError) return { kind: 'rolled_back', error };
+    await this.rollbackQuietly();
+    if (isRetryable(error) || error instanceof DeferredStatementMissError) return { kind: 'retry', error };
+    if (isDataError(error)) return { kind: 'refused', error };
+    return { kind: 'unknown', error };
   }
 
   /** Rolls back if a transaction is open; a lost connection has rolled back on its own. */
@@ -489,7 +659,7 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
 
   /** The transaction's connection while it is open; throws once it is over. */
   private openClient(): PoolClient {
-    if (!this.client || !this.runner.isTransactionActive || this.released) {
+    if (!this.client || !this.transactionActive || this.released) {
       throw new Error(claimTransactionOver());
     }
     return this.client;
@@ -502,7 +672,7 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
    * CommitRolledBackError: nothing was written.
    */
   end(action: 'COMMIT' | 'ROLLBACK'): Promise<void> {
-    if (!this.runner.isTransactionActive || !this.client) return Promise.resolve();
+    if (!this.transactionActive || !this.client) return Promise.resolve();
     if (this.options.subscribed) return this.endAndBroadcast(action);
     return this.send(this.client, action);
   }
@@ -514,7 +684,7 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
    * then fails with TypeORM's "already released" error rather than a database error.
    */
   get connectionLost(): boolean {
-    return this.runner.isReleased && !this.released;
+    return this.queryRunner !== undefined && this.queryRunner.isReleased && !this.released;
   }
 
   /**
@@ -589,16 +759,20 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
    * Unnamed, as it is rare.
    */
   async afterwards(statement: ClaimStatement, values: unknown[]): Promise<void> {
-    if (!this.client || this.runner.isTransactionActive)
-      throw new Error('the claim transaction is still open');
+    if (!this.client || this.transactionActive) throw new Error('the claim transaction is still open');
     await this.client.query(claimQuery(statement, values, false));
   }
 
-  /** Gives the connection back to the pool; once, whoever calls it again. */
-  release(): Promise<void> {
-    if (this.released) return Promise.resolve();
+  /**
+   * Gives the connection back to the pool, at once; once, whoever calls it again. Nothing to
+   * await (see releaseRunner).
+   */
+  release(): void {
+    if (this.released) return;
     this.released = true;
-    return this.runner.release();
+    if (this.queryRunner) releaseRunner(this.queryRunner);
+    // No runner made: the client goes back as the runner would give it (pg-pool drops a broken one).
+    else this.client?.release();
   }
 
   /** end() for a DataSource with subscribers: they hear of it as from commitTransaction(). */
@@ -652,7 +826,7 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
       results = (await client.query(parts.join(';\n'))) as unknown as QueryResult[];
     } catch (error) {
       await client.query('ROLLBACK').catch(() => undefined);
-      forgetTransaction(this.runner);
+      this.forget();
       if (isPreparedStatementMiss(error)) {
         const code = errorCode(error)!;
         // 42P05: a PREPARE found its name there already; 26000: an EXECUTE found it missing.
@@ -671,7 +845,7 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
           : undefined;
       throw missing ? new DeferredWriteMissingError(missing) : error;
     }
-    forgetTransaction(this.runner);
+    this.forget();
     for (const name of preparing) remember(client, name, true);
     // Postgres answers the COMMIT of an aborted transaction with the tag ROLLBACK.
     if (results[results.length - 1].command === 'ROLLBACK') throw new CommitRolledBackError();
@@ -698,12 +872,12 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
     // Whatever the answer, the transaction is over (a failed COMMIT ends it too, or the connection).
     return client.query(action).then(
       (result) => {
-        forgetTransaction(this.runner);
+        this.forget();
         // Postgres answers the COMMIT of an aborted transaction with the tag ROLLBACK.
         if (action === 'COMMIT' && result.command === 'ROLLBACK') throw new CommitRolledBackError();
       },
       (error: unknown) => {
-        forgetTransaction(this.runner);
+        this.forget();
         throw error;
       },
     );
@@ -716,4 +890,23 @@ function remember(client: PoolClient, name: string, prepared: boolean): void {
   if (!names) preparedConnections.set(client, (names = new Set()));
   if (prepared) names.add(name);
   else names.delete(name);
+}
+
+/**
+ * The claim's values as literals for the simple protocol, which takes no parameters: escaped by
+ * pg (a delivery without a fingerprint has a NULL one).
+ */
+function claimLiterals(client: PoolClient, values: ClaimValues, variant?: ClaimVariant): string[] {
+  const given = variant ? [...values, ...variant.values] : values;
+  return given.map((value) => (value === null ? 'NULL' : client.escapeLiteral(value)));
+}
+
+/**
+ * What a claim's first row means when it needs no statement more: inserted (ours), or done. The
+ * first round of settle(), without its promise; undefined for every other row.
+ */
+function settledAtOnce(row: ClaimRow, check?: ClaimCheck): ClaimFound | undefined {
+  if (row.claimed) return FIRST_CLAIM;
+  if (row.status !== 'done') return undefined;
+  return check ? { kind: 'done', fingerprint: row.fingerprint, response: row.response } : DONE;
 }

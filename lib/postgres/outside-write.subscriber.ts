@@ -62,7 +62,7 @@ export class OutsideWriteSubscriber implements EntitySubscriberInterface {
     if (!(delivery instanceof ClaimDelivery)) return;
     const transaction = delivery.handle;
     // External mode has no claim transaction, and a test's own delivery is not a claim.
-    if (!(transaction instanceof ClaimTransaction) || event.queryRunner === transaction.runner) return;
+    if (!(transaction instanceof ClaimTransaction) || transaction.ownsRunner(event.queryRunner)) return;
     if (!WRITE.test(event.query)) return;
     const target = this.describe(event.query);
     if (this.strict) throw new OutsideTransactionWriteError(outsideWrite(delivery.scope, target, true));

@@ -47,6 +47,7 @@ export function listenForEarlyErrors(dataSource: DataSource): void {
   if (guardedPools.has(pool)) return;
   guardedPools.add(pool);
   pool.on('connect', (client) => {
+    guardedClients.add(client);
     client.on('error', ignoreError);
   });
 }
@@ -54,9 +55,74 @@ export function listenForEarlyErrors(dataSource: DataSource): void {
 /** The early-error listener: pg has already recorded the error on the client. */
 function ignoreError(): void {}
 
-/** Connects the runner and returns its own pg client (PostgresQueryRunner.connect() resolves to it). */
-export async function connectRunner(runner: QueryRunner): Promise<PoolClient> {
-  return (await runner.connect()) as PoolClient;
+/** Clients that have the early-error listener, whether from the pool's 'connect' or from listenForErrors. */
+const guardedClients = new WeakSet<PoolClient>();
+
+/**
+ * Gives a client taken from the pool the early-error listener if it has none yet: a client the
+ * pool made before listenForEarlyErrors() (TypeORM's own first connections, at initialize) has
+ * no listener of its own while it is checked out, and a delivery that makes no QueryRunner
+ * (whose connect() would add one) must not let a terminated backend end the process. Once per
+ * client: the WeakSet's check is all a delivery pays.
+ */
+export function listenForErrors(client: PoolClient): void {
+  if (guardedClients.has(client)) return;
+  guardedClients.add(client);
+  client.on('error', ignoreError);
+}
+
+/** What PostgresQueryRunner.connect() sets once it has its pg client, and what release() reads. */
+interface ConnectionState {
+  databaseConnection?: PoolClient;
+  releaseCallback?: (error?: Error) => void;
+  /** TypeORM 1.x and late 0.3.x: release() that hands pg-pool the error, so it drops the client. */
+  releasePostgresConnection?(error?: Error): Promise<void>;
+  driver: { connectedQueryRunners: QueryRunner[] };
+}
+
+/**
+ * Hands `runner` the pg client `client` (taken from the DataSource's pool by the caller), as
+ * PostgresQueryRunner.connect() does once its pool answers: the runner is then connected, its
+ * queries go to that client, a client error releases it, and release() gives the client back.
+ * TypeORM's connect() gets there through obtainMasterConnection(), a `new Promise` over the pool's
+ * callback and a `.then`: five promises per delivery with the caller's awaits, where the pool's
+ * own `connect()` is one. The release callback never throws (a client released twice is already
+ * back in the pool), so `runner.release()` never rejects and need not be awaited.
+ */
+export function attachConnection(runner: QueryRunner, client: PoolClient): void {
+  const state = runner as unknown as ConnectionState;
+  // As TypeORM's own connect() does: a client error releases the runner (its next query fails).
+  const onError = (error: Error) =>
+    void (state.releasePostgresConnection ? state.releasePostgresConnection(error) : runner.release());
+  state.driver.connectedQueryRunners.push(runner);
+  state.databaseConnection = client;
+  state.releaseCallback = (error?: Error) => {
+    client.removeListener('error', onError);
+    try {
+      client.release(error);
+    } catch {
+      // Released already: pg-pool refuses a second release, and the client is not ours to use.
+    }
+  };
+  client.on('error', onError);
+}
+
+/**
+ * Releases a runner connected by attachConnection(), as its release() does, without the promise
+ * of an async function per delivery: marked released (its manager refuses queries from then on),
+ * its client back in the pool, off the driver's list of connected runners. A runner released
+ * already (a client error released it) is left as it is.
+ */
+export function releaseRunner(runner: QueryRunner): void {
+  const state = runner as unknown as ConnectionState & { isReleased: boolean };
+  if (state.isReleased) return;
+  state.isReleased = true;
+  const release = state.releaseCallback;
+  state.releaseCallback = undefined;
+  release?.();
+  const connected = state.driver.connectedQueryRunners;
+  const index = connected.indexOf(runner);
+  if (index !== -1) connected.splice(index, 1);
 }
 
 /**
@@ -92,6 +158,10 @@ export function assertTypeOrmInternals(dataSource: DataSource): void {
     if (typeof runner.transactionDepth !== 'number') missing.push('QueryRunner.transactionDepth');
     if (typeof runner.broadcaster?.broadcast !== 'function') missing.push('QueryRunner.broadcaster');
     if (typeof runner.connect !== 'function') missing.push('QueryRunner.connect()');
+    const connection = runner as unknown as Partial<ConnectionState>;
+    if (!Array.isArray(connection.driver?.connectedQueryRunners)) {
+      missing.push('PostgresDriver.connectedQueryRunners');
+    }
   } finally {
     void runner.release();
   }

@@ -21,6 +21,7 @@ import { IdempotencyMetrics } from '../idempotency.metrics.js';
 import type { IdempotencyConfig } from '../interfaces/index.js';
 import { ClaimDatabase } from '../postgres/claim-database.js';
 import { isUsersSubscriber } from '../postgres/outside-write.subscriber.js';
+import { pgPoolOf } from '../postgres/typeorm-internals.js';
 import {
   ClaimTransaction,
   type ClaimFound,
@@ -176,7 +177,7 @@ export class TransactionStrategy implements ClaimStrategy {
       for (let attempt = 1; ; attempt++) {
         const retriesLeft = attempt < MAX_TRANSACTION_TRIES;
         const transaction = new ClaimTransaction(
-          this.database.dataSource.createQueryRunner(),
+          this.database.dataSource,
           this.transactionOptions(check !== undefined),
         );
         try {
@@ -184,7 +185,8 @@ export class TransactionStrategy implements ClaimStrategy {
           const started = performance.now();
           let found: ClaimFound;
           try {
-            found = await transaction.beginAndClaim(values, check, ordered);
+            // Two awaits, the pool's and the claim's, and no async layer between them and the wire.
+            found = await transaction.beginAndClaim(await transaction.connect(), values, check, ordered);
           } catch (error) {
             await transaction.rollbackQuietly();
             // Another delivery (at another replica) held the claim past concurrentDuplicateWaitMs.
@@ -272,7 +274,7 @@ export class TransactionStrategy implements ClaimStrategy {
           }
           break;
         } finally {
-          await transaction.release();
+          transaction.release();
         }
       }
     } finally {
@@ -405,18 +407,36 @@ export class TransactionStrategy implements ClaimStrategy {
     );
   }
 
-  /** Read per delivery: the DataSource may be initialized (subscribers built) after this is constructed. */
+  /**
+   * The options of a delivery's transaction, made again only when the DataSource's subscribers
+   * change: it may be initialized (subscribers built) after this is constructed, and an object per
+   * delivery would be garbage per delivery.
+   */
   private transactionOptions(checked: boolean): ClaimTransactionOptions {
-    const { dataSource, statements, checkedStatements, prepared } = this.database;
-    return {
-      statements: checked ? checkedStatements : statements,
-      prepared,
-      // TypeORM 1.x's default level for every transaction; 0.3 has no such option (undefined).
-      isolationLevel: (dataSource.options as { readonly isolationLevel?: string }).isolationLevel,
-      // The library's own subscriber (outside-write detection) needs no transaction events.
-      subscribed: dataSource.subscribers.length > 0 && dataSource.subscribers.some(isUsersSubscriber),
-    };
+    const { dataSource } = this.database;
+    const subscribers = dataSource.subscribers.length;
+    if (this.options === undefined || this.optionsFor !== subscribers) {
+      const { statements, checkedStatements, prepared } = this.database;
+      const shared = {
+        pool: pgPoolOf(dataSource),
+        prepared,
+        // TypeORM 1.x's default level for every transaction; 0.3 has no such option (undefined).
+        isolationLevel: (dataSource.options as { readonly isolationLevel?: string }).isolationLevel,
+        // The library's own subscriber (outside-write detection) needs no transaction events.
+        subscribed: subscribers > 0 && dataSource.subscribers.some(isUsersSubscriber),
+      };
+      this.options = {
+        plain: { ...shared, statements },
+        checked: { ...shared, statements: checkedStatements },
+      };
+      this.optionsFor = subscribers;
+    }
+    return checked ? this.options.checked : this.options.plain;
   }
+
+  /** transactionOptions(), made for `optionsFor` subscribers. */
+  private options?: { plain: ClaimTransactionOptions; checked: ClaimTransactionOptions };
+  private optionsFor = -1;
 
   /**
    * Counts a handler's failure and records it outside its rolled-back transaction (attempts and

@@ -6,7 +6,7 @@ import {
   type NestInterceptor,
 } from '@nestjs/common';
 import { Reflector } from '@nestjs/core';
-import { lastValueFrom, Observable } from 'rxjs';
+import { Observable } from 'rxjs';
 import type { ClaimCheck } from '../core/claim-check.js';
 import { extractEventOrder, type EventOrder } from '../core/event-order.js';
 import { extractIdempotencyKey } from '../core/idempotency-key.js';
@@ -106,13 +106,28 @@ export class IdempotencyInterceptor implements NestInterceptor {
         .execute(
           meta,
           claimKey,
-          async (delivery) => {
-            const value = await lastValueFrom(next.handle(), { defaultValue: undefined });
-            // Key checks: what the transport keeps for replays, stored with the claim.
-            const response = check && transport.capture?.(value, context, meta, claimKey);
-            if (response) delivery.recordResponse(response);
-            return value;
-          },
+          (delivery) =>
+            // The handler's last value, as lastValueFrom() would give it, from one promise: an
+            // async function awaiting lastValueFrom() makes three, each paying AsyncLocalStorage.
+            new Promise<unknown>((resolve, reject) => {
+              let value: unknown;
+              next.handle().subscribe({
+                next: (emitted) => {
+                  value = emitted;
+                },
+                error: reject,
+                complete: () => {
+                  try {
+                    // Key checks: what the transport keeps for replays, stored with the claim.
+                    const response = check && transport.capture?.(value, context, meta, claimKey);
+                    if (response) delivery.recordResponse(response);
+                    resolve(value);
+                  } catch (error) {
+                    reject(error);
+                  }
+                },
+              });
+            }),
           // The context is the delivery's origin, read for its span only when tracing is on.
           { check, order, origin: context },
         )
