@@ -45,8 +45,13 @@ import { rawBodyNotKept } from '../../lib/guards/raw-body.js';
  */
 
 const SEED = Number(process.env.PROPERTY_SEED ?? 0x5eed_2024);
-/** Cases per adapter; both together make the 10,000 the issue asks for. */
-const RUNS = Number(process.env.PROPERTY_RUNS ?? 5_000);
+/**
+ * Cases per adapter: 5,000 with PROPERTY_FULL=1 (both together make the 10,000 the issue asks
+ * for), as `npm run test:property` runs them in CI (`.ci/run`, after `npm test`); `npm test` runs
+ * the first 1,500 of the same seed's sequence, enough for every route to clear the not-vacuous
+ * bound below (the signed route is accepted least: 35 of 1,500 on Express; 16 of 1,000 is too few).
+ */
+const RUNS = Number(process.env.PROPERTY_RUNS ?? (process.env.PROPERTY_FULL === '1' ? 5_000 : 1_500));
 /**
  * Shrinking is bounded in count: a failure is reported within seconds (a few hundred deliveries),
  * however large its first counterexample.

@@ -1,5 +1,5 @@
 import { readFile, rm } from 'node:fs/promises';
-import { join, resolve } from 'node:path';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import {
   inMarkdownTerms,
@@ -10,10 +10,9 @@ import {
 import { createEmptyDatabase, type EmptyDatabase } from '../support/empty-database.js';
 import { installPackedApp, type PackedApp } from '../support/packed-app.js';
 
-/** npm install from the registry, twice; a cold cache takes longest (later runs reuse .data/npm-cache). */
+/** npm install from the registry; a cold cache takes longest (later runs reuse .data/npm-cache). */
 const INSTALL_TIMEOUT_MS = 360_000;
 const RUN_TIMEOUT_MS = 120_000;
-const NPM_CACHE = resolve('.data/npm-cache');
 
 /**
  * The published tarball in a CommonJS Nest 11 app as `nest new` made it (Nest 11, TypeORM 0.3,
@@ -32,10 +31,7 @@ describe('the packed library in a CommonJS Nest 11 app', () => {
   beforeAll(async () => {
     db = await createEmptyDatabase('pack_cjs');
     docs = await readDocumentation(process.cwd());
-    app = await installPackedApp('nest11-commonjs');
-    const packages = docs.installs.get('nest11-commonjs') ?? [];
-    const flags = ['--no-audit', '--no-fund', '--prefer-offline', '--cache', NPM_CACHE];
-    await app.run('npm', ['install', ...flags, ...packages]);
+    app = await installPackedApp('nest11-commonjs', docs.installs.get('nest11-commonjs') ?? []);
   }, INSTALL_TIMEOUT_MS);
 
   afterAll(async () => {

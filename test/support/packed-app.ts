@@ -65,10 +65,13 @@ function execute(
 /**
  * Packs this repository as `npm pack` would publish it (the build must be current: `npm test`
  * builds first), copies the app `template` from test/packaging/apps/ beside the tarball and
- * installs it with npm from the registry, as a user would. The app depends on
- * `file:../library.tgz`, so it gets the package's files and nothing else of this checkout.
+ * installs it with npm from the registry, as a user would, together with `packages` (the docs'
+ * install line for such an app): one `npm install <packages>` in the app installs its own
+ * dependencies and those, as a reader's `npm install <packages>` in a fresh app does, in one
+ * resolution instead of two. The app depends on `file:../library.tgz`, so it gets the package's
+ * files and nothing else of this checkout.
  */
-export async function installPackedApp(template: string): Promise<PackedApp> {
+export async function installPackedApp(template: string, packages: string[] = []): Promise<PackedApp> {
   const root = await mkdtemp(join(tmpdir(), `niw-${template}-`));
   const remove = () => rm(root, { recursive: true, force: true });
   try {
@@ -96,7 +99,15 @@ export async function installPackedApp(template: string): Promise<PackedApp> {
       },
       remove,
     };
-    await app.run('npm', ['install', '--no-audit', '--no-fund', '--prefer-offline', '--cache', NPM_CACHE]);
+    await app.run('npm', [
+      'install',
+      '--no-audit',
+      '--no-fund',
+      '--prefer-offline',
+      '--cache',
+      NPM_CACHE,
+      ...packages,
+    ]);
     return app;
   } catch (error) {
     await remove();
