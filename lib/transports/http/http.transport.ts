@@ -2,15 +2,10 @@ import { Inject, Injectable, Logger, type ExecutionContext } from '@nestjs/commo
 import { HttpAdapterHost } from '@nestjs/core';
 import type { StoredResponse } from '../../core/claim-check.js';
 import { IDEMPOTENCY_CONFIG, REPLAYED_HEADER, STALE_HEADER } from '../../idempotency.constants.js';
-import {
-  EventInFlightError,
-  IdempotencyError,
-  IdempotencyUnavailableError,
-} from '../../idempotency.errors.js';
+import { EventInFlightError, IdempotencyUnavailableError } from '../../idempotency.errors.js';
 import type { IdempotencyConfig } from '../../interfaces/index.js';
 import type { DeliveryTransport, SettledResult } from '../delivery-transport.js';
 import type { IdempotentWebhookMetadata } from '../idempotent-webhook.decorator.js';
-import { PROBLEM_JSON } from './problem-details.filter.js';
 import { captureHttpResponse } from './stored-http-response.js';
 
 /**
@@ -55,17 +50,12 @@ export class HttpTransport implements DeliveryTransport {
   }
 
   /**
-   * The library's errors are HttpExceptions already: those that ask for a retry say when, and on
-   * a request-mode route they are problem details.
+   * The library's errors are HttpExceptions already: those that ask for a retry say when. On a
+   * request-mode route its ProblemDetailsFilter answers them as problem details.
    */
-  failure(error: unknown, context: ExecutionContext, meta?: IdempotentWebhookMetadata): unknown {
+  failure(error: unknown, context: ExecutionContext): unknown {
     if (error instanceof EventInFlightError || error instanceof IdempotencyUnavailableError) {
       this.setHeader(context, 'Retry-After', String(error.retryAfterSeconds));
-    }
-    if (meta?.request && error instanceof IdempotencyError) {
-      this.setHeader(context, 'Content-Type', PROBLEM_JSON);
-      this.setHeader(context, 'Content-Language', 'en');
-      return error.asProblemDetails();
     }
     return error;
   }

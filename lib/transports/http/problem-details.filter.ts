@@ -11,8 +11,8 @@ export const PROBLEM_JSON = 'application/problem+json';
  * exception filter would do it on Nest 12, but Nest 11's Express adapter replaces any Content-Type
  * not starting with `application/json` on an error body with `application/json`: so the decorator
  * applies this filter to its route. It writes the answer with the adapter's `reply()` without a
- * status argument (the status is set first), which is the path that keeps the header. Headers the
- * transport set before (Retry-After, Content-Language) stay. Only the library's errors are caught:
+ * status argument (the status is set first), which is the path that keeps the header. The one place
+ * that makes them problem details: headers the transport set before (Retry-After) stay. Only the library's errors are caught:
  * everything else goes to the app's filters as before.
  */
 @Catch(IdempotencyError)
@@ -25,6 +25,7 @@ export class ProblemDetailsFilter implements ExceptionFilter<IdempotencyError> {
     const reply = host.getArgByIndex(1);
     httpAdapter.status(reply, error.getStatus());
     httpAdapter.setHeader(reply, 'Content-Type', PROBLEM_JSON);
+    httpAdapter.setHeader(reply, 'Content-Language', 'en');
     httpAdapter.reply(reply, error.asProblemDetails().getResponse());
   }
 }
