@@ -3,8 +3,14 @@ import { DUPLICATE_SHARE, type Variant, type Workload } from '../variants.js';
 import { summarize, type LatencySummary } from './percentiles.js';
 import { stripeEventBody } from './stripe-event.js';
 
-/** Keys a duplicate may repeat: the most recent answered ones. */
+/** Events a duplicate may repeat: the most recent answered ones. */
 const RECENT_KEYS = 2_000;
+
+/** An event as it was sent: a retry resends these very bytes, as a sender does. */
+interface SentEvent {
+  id: string;
+  body: string;
+}
 
 /** One closed-loop load run against one variant. */
 export interface LoadOptions {
@@ -39,7 +45,7 @@ export interface LoadResult {
  * 2xx (a sender retrying after a lost answer); concurrent duplicates are the storm's business.
  */
 export async function runLoad(options: LoadOptions): Promise<LoadResult> {
-  const recent: string[] = [];
+  const recent: SentEvent[] = [];
   const answered = new Set<string>();
   let sequence = 0;
   let duplicatesSent = 0;
@@ -57,24 +63,28 @@ export async function runLoad(options: LoadOptions): Promise<LoadResult> {
         path: `/${options.variant}`,
         headers: { 'content-type': 'application/json' },
         setupRequest(request, context) {
-          let id: string;
+          let event: SentEvent;
           if (options.workload === 'dup30' && recent.length > 0 && Math.random() < DUPLICATE_SHARE) {
-            id = recent[Math.floor(Math.random() * recent.length)];
+            // The same body as the first copy: a retry, not a key reused for another request
+            // (which the key checks would count as a conflict and the request mode refuse 422).
+            event = recent[Math.floor(Math.random() * recent.length)];
             duplicatesSent++;
           } else {
-            id = options.nextId();
+            const id = options.nextId();
+            event = { id, body: stripeEventBody(id, sequence++) };
           }
-          // One request in flight per connection: the context carries its id to onResponse.
-          context.id = id;
+          // One request in flight per connection: the context carries its event to onResponse.
+          context.event = event;
           // Every variant gets the request mode's header (an sf-string); webhook routes ignore it.
-          const headers = { ...request.headers, 'idempotency-key': `"${id}"` };
-          return { ...request, headers, body: stripeEventBody(id, sequence++) };
+          const headers = { ...request.headers, 'idempotency-key': `"${event.id}"` };
+          return { ...request, headers, body: event.body };
         },
         onResponse(status, _body, context) {
           if (status < 200 || status >= 300) return;
-          answered.add(context.id);
-          if (recent.length < RECENT_KEYS) recent.push(context.id);
-          else recent[sequence % RECENT_KEYS] = context.id;
+          const event = context.event as SentEvent;
+          answered.add(event.id);
+          if (recent.length < RECENT_KEYS) recent.push(event);
+          else recent[sequence % RECENT_KEYS] = event;
         },
       },
     ],
