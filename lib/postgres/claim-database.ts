@@ -3,7 +3,6 @@ import type { DataSource } from 'typeorm';
 import { IDEMPOTENCY_CONFIG, IDEMPOTENCY_DATA_SOURCE } from '../idempotency.constants.js';
 import type { IdempotencyConfig } from '../interfaces/index.js';
 import { claimTable, type ClaimTable } from './claim-table.js';
-import { checkedClaimStatements } from './checked-claim.sql.js';
 import { claimStatements, type ClaimStatements } from './claim.sql.js';
 import { maintenanceStatements, type MaintenanceStatements } from './maintenance.sql.js';
 import { orderedClaimStatements, type OrderedClaimStatements } from './ordered-claim.sql.js';
@@ -63,7 +62,7 @@ export class ClaimDatabase implements OnModuleInit {
   private readonly logger = new Logger('IdempotencyModule');
   readonly table: ClaimTable;
   readonly statements: ClaimStatements;
-  /** The statements of handlers with key checks (checked-claim.sql.ts). */
+  /** The statements of handlers with key checks (claimStatements' `checked`). */
   readonly checkedStatements: ClaimStatements;
   readonly maintenance: MaintenanceStatements;
   readonly prepared: PreparedStatements;
@@ -82,7 +81,7 @@ export class ClaimDatabase implements OnModuleInit {
     const schema = config.schema ?? (dataSource.options as { schema?: string }).schema;
     this.table = claimTable(schema, config.table);
     this.statements = claimStatements(this.table);
-    this.checkedStatements = checkedClaimStatements(this.table);
+    this.checkedStatements = claimStatements(this.table, true);
     this.maintenance = maintenanceStatements(this.table, config);
     this.prepared = new PreparedStatements(config.preparedStatements, this.logger);
     this.executor = new StatementExecutor(dataSource, this.prepared);

@@ -71,7 +71,7 @@ interface ClaimRow {
   claimed: boolean;
   status: string | null;
   previous: string;
-  /** Key checks only (checked-claim.sql.ts): the claim's fingerprint and stored response. */
+  /** Key checks only (claimStatements' `checked`): the claim's fingerprint and stored response. */
   fingerprint?: string | null;
   response?: StoredResponse | null;
 }

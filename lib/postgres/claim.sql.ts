@@ -107,7 +107,7 @@ export interface ClaimStatements {
    */
   readonly restoreLockTimeout: ClaimStatement;
   /**
-   * Key checks only (checked-claim.sql.ts): the handler's response, written by the claim's own
+   * Key checks only (`checked`): the handler's response, written by the claim's own
    * COMMIT (sent with it, see TransactionExecutor.beforeCommit). $1 scope, $2 key, $3 response.
    */
   readonly storeResponse?: ClaimStatement;
@@ -124,14 +124,27 @@ export function statementName(role: string, text: string): string {
   return `idempotency_${role}_${createHash('sha256').update(text).digest('hex').slice(0, 16)}`;
 }
 
-/** The statements for `table`. */
-export function claimStatements(table: ClaimTable): ClaimStatements {
+/**
+ * The statements for `table`. With `checked` (handlers with key checks: `@IdempotentRequest`,
+ * `@IdempotentWebhook`), the same roles and the same round trips with the `fingerprint` and
+ * `response` columns of migration 1765584000000: each takes what it adds as its last parameters,
+ * so a strategy appends them to the values it sends either way, and `storeResponse` is added.
+ * Each text differs from its unchecked twin, so its name (statementName) does too. Handlers
+ * without checks (`@Idempotent`, `IdempotencyService.run()`), and every handler on a table
+ * without the columns, use the unchecked statements.
+ */
+export function claimStatements(table: ClaimTable, checked = false): ClaimStatements {
   const t = table.sql;
   // The table is part of each text, so two modules sharing a pool with different tables never
   // share a name either.
   const named = (role: string, text: string): ClaimStatement => ({ name: statementName(role, text), text });
+  /** `text` in the checked statements only. */
+  const ifChecked = (text: string) => (checked ? text : '');
   return {
     table,
+    // Checked: stores $5 (the fingerprint) with the claim, and answers a claim that was not
+    // inserted with the row's fingerprint and stored response beside its status, from the same
+    // statement: one row read (the LEFT JOIN), not three.
     transactionClaim: named(
       'transaction_claim',
       `
@@ -139,16 +152,26 @@ WITH bound AS (
   SELECT current_setting('lock_timeout') AS previous, set_config('lock_timeout', $4, true) AS applied,
          ${DURABLE_COMMIT} AS durable
 ), claim AS (
-  INSERT INTO ${t} (scope, event_key, source, status, completed_at)
-  SELECT $1, $2, $3, 'done', now() FROM bound
+  INSERT INTO ${t} (scope, event_key, source, status, completed_at${ifChecked(', fingerprint')})
+  SELECT $1, $2, $3, 'done', now()${ifChecked(', $5')} FROM bound
   ON CONFLICT (scope, event_key) DO NOTHING
   RETURNING (SELECT set_config('lock_timeout', previous, true) FROM bound) AS lock_timeout
 )
-SELECT EXISTS (SELECT 1 FROM claim) AS claimed,
+${
+  checked
+    ? `SELECT EXISTS (SELECT 1 FROM claim) AS claimed, found.status, found.fingerprint, found.response,
+       (SELECT previous FROM bound) AS previous
+FROM (SELECT 1) AS one
+LEFT JOIN ${t} AS found
+  ON found.scope = $1 AND found.event_key = $2 AND NOT EXISTS (SELECT 1 FROM claim)`
+    : `SELECT EXISTS (SELECT 1 FROM claim) AS claimed,
        CASE WHEN EXISTS (SELECT 1 FROM claim) THEN NULL
             ELSE (SELECT status FROM ${t} WHERE scope = $1 AND event_key = $2) END AS status,
-       (SELECT previous FROM bound) AS previous`,
+       (SELECT previous FROM bound) AS previous`
+}`,
     ),
+    // Checked: takes the new delivery's fingerprint ($5) and forgets any response: the claim is
+    // this delivery's now.
     transactionReclaim: named(
       'transaction_reclaim',
       `
@@ -160,31 +183,39 @@ UPDATE ${t} AS pe SET
   claimed_at = now(),
   lease_expires_at = NULL,
   completed_at = now(),
-  last_error = NULL
+  last_error = NULL${ifChecked(`,
+  fingerprint = $5,
+  response = NULL`)}
 FROM bound
 WHERE pe.scope = $1 AND pe.event_key = $2
   AND (pe.status = 'failed' OR (pe.status = 'in_progress' AND pe.lease_expires_at <= now()))
 RETURNING set_config('lock_timeout', $4, true) AS lock_timeout`,
     ),
+    // Checked: a failure keeps the fingerprint ($6) of the delivery that failed, so that its
+    // retry with another payload is told apart.
     transactionFailure: named(
       'transaction_failure',
       `
 WITH bound AS (SELECT set_config('lock_timeout', $5, true) AS applied)
-INSERT INTO ${t} AS pe (scope, event_key, source, status, attempts, last_error)
-SELECT $1, $2, $3, 'failed', 1, $4 FROM bound
+INSERT INTO ${t} AS pe (scope, event_key, source, status, attempts, last_error${ifChecked(', fingerprint')})
+SELECT $1, $2, $3, 'failed', 1, $4${ifChecked(', $6')} FROM bound
 ON CONFLICT (scope, event_key) DO UPDATE SET
   attempts = pe.attempts + 1,
   claimed_at = now(),
-  last_error = EXCLUDED.last_error
+  last_error = EXCLUDED.last_error${ifChecked(`,
+  fingerprint = EXCLUDED.fingerprint`)}
 WHERE pe.status = 'failed'`,
     ),
+    // Checked: $7 the fingerprint. With $8 true (conflicts refused), a failed claim or an expired
+    // lease of another fingerprint is not taken over: nothing is claimed, claimState shows why,
+    // and the delivery is refused without running.
     leaseClaim: named(
       'lease_claim',
       `
 WITH bound AS (SELECT set_config('lock_timeout', $6, true) AS applied)
 INSERT INTO ${t} AS pe
-  (scope, event_key, source, status, attempts, lease_token, claimed_at, lease_expires_at)
-SELECT $1, $2, $3, 'in_progress', 1, $4, now(), now() + $5::double precision * interval '1 millisecond'
+  (scope, event_key, source, status, attempts, lease_token, claimed_at, lease_expires_at${ifChecked(', fingerprint')})
+SELECT $1, $2, $3, 'in_progress', 1, $4, now(), now() + $5::double precision * interval '1 millisecond'${ifChecked(', $7')}
 FROM bound
 ON CONFLICT (scope, event_key) DO UPDATE SET
   status = 'in_progress',
@@ -193,10 +224,20 @@ ON CONFLICT (scope, event_key) DO UPDATE SET
   claimed_at = EXCLUDED.claimed_at,
   lease_expires_at = EXCLUDED.lease_expires_at,
   completed_at = NULL,
-  last_error = NULL
-WHERE (pe.status = 'in_progress' AND pe.lease_expires_at <= EXCLUDED.claimed_at)
+  last_error = NULL${ifChecked(`,
+  fingerprint = EXCLUDED.fingerprint,
+  response = NULL`)}
+${
+  checked
+    ? `WHERE ((pe.status = 'in_progress' AND pe.lease_expires_at <= EXCLUDED.claimed_at)
    OR pe.status = 'failed'
-   OR (pe.status = 'in_progress' AND pe.lease_token = EXCLUDED.lease_token)
+   OR (pe.status = 'in_progress' AND pe.lease_token = EXCLUDED.lease_token))
+  AND (NOT $8::boolean OR pe.lease_token = EXCLUDED.lease_token OR pe.fingerprint IS NULL
+       OR EXCLUDED.fingerprint IS NULL OR pe.fingerprint = EXCLUDED.fingerprint)`
+    : `WHERE (pe.status = 'in_progress' AND pe.lease_expires_at <= EXCLUDED.claimed_at)
+   OR pe.status = 'failed'
+   OR (pe.status = 'in_progress' AND pe.lease_token = EXCLUDED.lease_token)`
+}
 RETURNING true AS claimed, pe.attempts`,
     ),
     claimState: named(
@@ -204,14 +245,17 @@ RETURNING true AS claimed, pe.attempts`,
       `
 SELECT status, attempts, lease_token, lease_expires_at > now() AS live,
        GREATEST(1, CEIL(EXTRACT(EPOCH FROM (lease_expires_at - now()))))::int AS seconds_left,
-       GREATEST(0, EXTRACT(EPOCH FROM (now() - claimed_at)) * 1000)::double precision AS held_ms
+       GREATEST(0, EXTRACT(EPOCH FROM (now() - claimed_at)) * 1000)::double precision AS held_ms${ifChecked(`,
+       fingerprint, response`)}
 FROM ${t} WHERE scope = $1 AND event_key = $2`,
     ),
+    // Checked: the fenced completion writes the response ($4) in the same UPDATE: the claim is
+    // never done without it, and no response exists for a claim that is not done.
     leaseComplete: named(
       'lease_complete',
       `
 WITH durable AS (SELECT ${DURABLE_COMMIT} AS applied)
-UPDATE ${t} SET status = 'done', completed_at = now()
+UPDATE ${t} SET status = 'done', completed_at = now()${ifChecked(', response = $4')}
 FROM durable
 WHERE scope = $1 AND event_key = $2 AND lease_token = $3 AND status = 'in_progress'`,
     ),
@@ -241,6 +285,14 @@ WHERE scope = $1 AND event_key = $2 AND status = 'in_progress'`,
     ),
     currentAttempt: named('current_attempt', `SELECT attempts FROM ${t} WHERE scope = $1 AND event_key = $2`),
     restoreLockTimeout: named('restore_lock_timeout', `SELECT set_config('lock_timeout', $1, true)`),
+    // Sent with the COMMIT (beforeCommit): the row is this transaction's own (inserted or
+    // reclaimed by it, and locked), so it always matches.
+    ...(checked && {
+      storeResponse: named(
+        'store_response',
+        `UPDATE ${t} SET response = $3 WHERE scope = $1 AND event_key = $2`,
+      ),
+    }),
   };
 }
 
@@ -249,7 +301,7 @@ WHERE scope = $1 AND event_key = $2 AND status = 'in_progress'`,
  * in one simple-protocol query (`claimAfterSql`). Prepared once per connection.
  */
 export function prepareTransactionClaimSql(statements: ClaimStatements, parameters = 4): string {
-  // The checked claim (checked-claim.sql.ts) takes the fingerprint as a fifth text.
+  // The checked claim takes the fingerprint as a fifth text.
   return prepareClaimSql(statements.transactionClaim, Array<string>(parameters).fill('text'));
 }
 

@@ -66,7 +66,7 @@ export interface OrderedClaimRow {
  * lock_timeout back. `applied_version`, for the stale log, comes from the snapshot: null when the
  * newer event committed while this one waited.
  *
- * With key checks (`checked`, checked-claim.sql.ts) the claim stores the fingerprint and a claim
+ * With key checks (`checked`, as claimStatements' `checked`) the claim stores the fingerprint and a claim
  * found answers its fingerprint and stored response too, as the checked transaction claim does.
  *
  * $1 scope, $2 key, $3 source, $4 lock_timeout, [$5 fingerprint,] then the guard's scope, entity

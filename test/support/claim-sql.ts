@@ -1,14 +1,13 @@
 import { DEFAULTS } from '../../lib/idempotency.constants.js';
 import { claimTable } from '../../lib/postgres/claim-table.js';
-import { checkedClaimStatements } from '../../lib/postgres/checked-claim.sql.js';
 import { claimStatements, prepareTransactionClaimSql } from '../../lib/postgres/claim.sql.js';
 import { maintenanceStatements } from '../../lib/postgres/maintenance.sql.js';
 
 /**
  * The statements `@IdempotentWebhook` handlers send on the default claims table (migrated, so
- * with key checks: checked-claim.sql.ts), for tests that look for them on the wire.
+ * with key checks: claimStatements' `checked`), for tests that look for them on the wire.
  */
-export const CLAIM_SQL = checkedClaimStatements(claimTable(undefined));
+export const CLAIM_SQL = claimStatements(claimTable(undefined), true);
 
 /** The statements of handlers without key checks (`@Idempotent`, `IdempotencyService.run()`). */
 export const UNCHECKED_CLAIM_SQL = claimStatements(claimTable(undefined));
