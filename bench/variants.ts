@@ -1,13 +1,16 @@
 /**
- * The six ways of handling the same webhook, measured side by side, and one reference:
+ * The ways of handling the same webhook, measured side by side, and two references:
  * raw-tx-intercepted is raw-tx behind an interceptor that does nothing, which is what Nest charges
- * any route with an interceptor, the library's included.
+ * any route with an interceptor, the library's included; typeorm-tx is the same fix one as a
+ * TypeORM app writes it (`dataSource.transaction()`), where the library's handler also runs its
+ * insert through TypeORM.
  */
 export const VARIANTS = [
   'none',
   'raw-naive',
   'raw-tx',
   'raw-tx-intercepted',
+  'typeorm-tx',
   'lib-tx',
   'lib-tx-ordered',
   'raw-lease',
@@ -26,6 +29,8 @@ export const VARIANT_DESCRIPTIONS: Record<Variant, string> = {
   'raw-tx': 'hand-written fix one: BEGIN, claim, insert, COMMIT on a pg client',
   'raw-tx-intercepted':
     'raw-tx behind a Nest interceptor that does nothing (reference: what any interceptor costs)',
+  'typeorm-tx':
+    'raw-tx-intercepted written with TypeORM: `dataSource.transaction()`, claim and insert through its EntityManager',
   'lib-tx': '`@IdempotentWebhook` transaction mode doing the same insert',
   'lib-tx-ordered':
     'lib-tx with the ordering guard on (`order: stripeEventOrder()`): a new entity per event, so a version insert',
@@ -63,11 +68,13 @@ export const GUARD_PAIRS = [
 
 /**
  * Full runs only: lib-tx's gap split in two, what an interceptor costs on its own and what the
- * library costs beyond it.
+ * library costs beyond it; and the library against fix one written with TypeORM, as its users
+ * would write it by hand.
  */
 export const REFERENCE_PAIRS = [
   { name: 'raw-tx-intercepted/raw-tx', lib: 'raw-tx-intercepted', raw: 'raw-tx' },
   { name: 'lib-tx/raw-tx-intercepted', lib: 'lib-tx', raw: 'raw-tx-intercepted' },
+  { name: 'lib-tx/typeorm-tx', lib: 'lib-tx', raw: 'typeorm-tx' },
 ] as const satisfies readonly Pair[];
 
 /** Two variants whose throughput is compared, interleaved: `lib` over `raw`. */
@@ -89,6 +96,7 @@ export const SCOPES: Record<Exclude<Variant, 'none'>, string> = {
   'raw-naive': 'bench:raw-naive',
   'raw-tx': 'bench:raw-tx',
   'raw-tx-intercepted': 'bench:raw-tx-intercepted',
+  'typeorm-tx': 'bench:typeorm-tx',
   'lib-tx': 'bench:lib-tx',
   'lib-tx-ordered': 'bench:lib-tx-ordered',
   'raw-lease': 'bench:raw-lease',

@@ -86,6 +86,23 @@ export class BenchController {
     return this.inTransaction(event, 'raw-tx-intercepted');
   }
 
+  /**
+   * Seed fix one as a TypeORM app writes it: `dataSource.transaction()`, the claim and the insert
+   * through its EntityManager, behind the same no-op interceptor. What the library's handler pays
+   * for its own insert through TypeORM, a hand-written TypeORM handler pays too.
+   */
+  @Post('typeorm-tx')
+  @HttpCode(200)
+  @UseInterceptors(PassThroughInterceptor)
+  typeormTx(@Body() event: BenchEvent) {
+    return this.dataSource.transaction(async (manager) => {
+      const claimed: unknown[] = await manager.query(RAW_CLAIM, [SCOPES['typeorm-tx'], event.id, SOURCE]);
+      if (claimed.length === 0) return RECEIVED; // nothing written: the COMMIT ends an empty transaction
+      await manager.query(ORDER_INSERT, order(event, 'typeorm-tx'));
+      return RECEIVED;
+    });
+  }
+
   @Post('lib-tx')
   @IdempotentWebhook({ key: eventKey, scope: SCOPES['lib-tx'], source: SOURCE })
   async libTx(@Body() event: BenchEvent, @WebhookTransaction() manager: EntityManager) {
