@@ -1,8 +1,15 @@
 import diagnosticsChannel from 'node:diagnostics_channel';
 import { describe, expect, it } from '@jest/globals';
 import * as api from '@opentelemetry/api';
+import {
+  BasicTracerProvider,
+  InMemorySpanExporter,
+  SimpleSpanProcessor,
+} from '@opentelemetry/sdk-trace-base';
+import type { ClaimSpec } from '../../lib/core/claim-strategy.js';
 import { resolveIdempotencyConfig } from '../../lib/idempotency.config.js';
 import { IDEMPOTENCY_CHANNELS } from '../../lib/index.js';
+import { DeliveryTracing } from '../../lib/observability/delivery-tracing.js';
 import { publishOutcome } from '../../lib/observability/outcome-channels.js';
 import {
   DEFAULT_DURATION_BUCKETS,
@@ -66,6 +73,40 @@ describe('the trace context a handed-off job carries', () => {
     expect(
       continuedContext(api, { traceparent: `00-${'0'.repeat(32)}-b7ad6b7169203331-01` }),
     ).toBeUndefined();
+  });
+});
+
+describe('a delivery span', () => {
+  const spec = { scope: 'Tracing.spec', mode: 'transaction' } as ClaimSpec;
+  const traceparent = '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01';
+
+  it('is not made without an SDK unless a trace is carried in, and is from the moment one registers', () => {
+    // Made before any SDK, as the module is at boot in an app that registers its SDK later.
+    const tracing = new DeliveryTracing(api);
+    expect(tracing.start(spec, 'evt_1', undefined)).toBeUndefined();
+    // A handed-off job's trace goes on through a process without an SDK, recording nothing.
+    const carried = tracing.start(spec, 'evt_2', {
+      system: 'pg-boss',
+      destination: 'orders',
+      carrier: { traceparent },
+    });
+    expect(carried?.span.spanContext().traceId).toBe('0af7651916cd43dd8448eb211c80319c');
+    expect(carried?.span.isRecording()).toBe(false);
+
+    const exporter = new InMemorySpanExporter();
+    api.trace.setGlobalTracerProvider(
+      new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] }),
+    );
+    try {
+      const recorded = tracing.start(spec, 'evt_3', undefined);
+      expect(recorded?.span.isRecording()).toBe(true);
+      recorded!.end('processed');
+      expect(
+        exporter.getFinishedSpans().map((span) => [span.name, span.attributes['messaging.message.id']]),
+      ).toEqual([['process Tracing.spec', 'evt_3']]);
+    } finally {
+      api.trace.disable();
+    }
   });
 });
 
