@@ -40,6 +40,20 @@ function transactionControl(sent: string[]): string[] {
   });
 }
 
+/**
+ * A connection's first claim prepares its statement and rolls back (it met the name already there,
+ * a held lock, a handler that threw); then a delivery commits and its replay rolls back, both
+ * EXECUTEing what the first one prepared.
+ */
+const ROLLED_BACK_THEN_DELIVERED_TWICE = [
+  'BEGIN; PREPARE; EXECUTE',
+  'ROLLBACK',
+  'BEGIN; EXECUTE',
+  'COMMIT',
+  'BEGIN; EXECUTE',
+  'ROLLBACK',
+];
+
 /** The one connection of a `poolSize: 1` app, with a recorder on it. */
 async function onlyConnection(running: RunningApp): Promise<{ sent: string[] }> {
   const pool = pgPoolOf(running.app.get(DataSource));
@@ -254,14 +268,7 @@ describe.each(onAdapter('express'))('the statements on the wire (%s)', (adapter)
 
         const id = `evt_preprepared_${adapter}`;
         await deliverTwice(running, '/claims/by-id', id);
-        expect(transactionControl(connection.sent)).toEqual([
-          'BEGIN; PREPARE; EXECUTE',
-          'ROLLBACK',
-          'BEGIN; EXECUTE',
-          'COMMIT',
-          'BEGIN; EXECUTE',
-          'ROLLBACK',
-        ]);
+        expect(transactionControl(connection.sent)).toEqual(ROLLED_BACK_THEN_DELIVERED_TWICE);
         expect(handled(running, 'by-id', id)).toBe(1);
         expect(await orders(id)).toBe(1);
         expect(await claims(id)).toBe(1);
@@ -294,14 +301,7 @@ describe.each(onAdapter('express'))('the statements on the wire (%s)', (adapter)
         await deliverTwice(running, '/claims/by-id', id);
         // The PREPARE ran before the claim timed out, and outlived the rollback: the next claim
         // EXECUTEs it straight away (no 42P05 miss, which 'auto' would count toward giving up).
-        expect(transactionControl(connection.sent)).toEqual([
-          'BEGIN; PREPARE; EXECUTE',
-          'ROLLBACK',
-          'BEGIN; EXECUTE',
-          'COMMIT',
-          'BEGIN; EXECUTE',
-          'ROLLBACK',
-        ]);
+        expect(transactionControl(connection.sent)).toEqual(ROLLED_BACK_THEN_DELIVERED_TWICE);
         expect(running.app.get(ClaimDatabase).prepared.missCount).toBe(0);
         expect(handled(running, 'by-id', id)).toBe(1);
         expect(await orders(id)).toBe(1);
@@ -323,14 +323,7 @@ describe.each(onAdapter('express'))('the statements on the wire (%s)', (adapter)
         expect(await preparedClaims(running)).toEqual([{ name: CLAIM_SQL.transactionClaim.name }]);
 
         await deliverTwice(running, '/claims/throws-after-write', id);
-        expect(transactionControl(connection.sent)).toEqual([
-          'BEGIN; PREPARE; EXECUTE',
-          'ROLLBACK',
-          'BEGIN; EXECUTE',
-          'COMMIT',
-          'BEGIN; EXECUTE',
-          'ROLLBACK',
-        ]);
+        expect(transactionControl(connection.sent)).toEqual(ROLLED_BACK_THEN_DELIVERED_TWICE);
         expect(handled(running, 'throws-after-write', id)).toBe(2);
         expect(await orders(id)).toBe(1);
         expect(await claims(id)).toBe(1);
