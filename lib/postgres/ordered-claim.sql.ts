@@ -66,8 +66,8 @@ export interface OrderedClaimRow {
  * lock_timeout back. `applied_version`, for the stale log, comes from the snapshot: null when the
  * newer event committed while this one waited.
  *
- * With key checks (`checked`, as claimStatements' `checked`) the claim stores the fingerprint and a claim
- * found answers its fingerprint and stored response too, as the checked transaction claim does.
+ * With key checks (`checked`) the claim stores the fingerprint, and a claim found answers its
+ * fingerprint and stored response too, as claimStatements' checked transaction claim does.
  *
  * $1 scope, $2 key, $3 source, $4 lock_timeout, [$5 fingerprint,] then the guard's scope, entity
  * and version.
