@@ -115,12 +115,16 @@ describe.each(ADAPTERS)('ordering guard across two processes with a SIGKILL (%s)
       const deliveries = others;
 
       let aAlive = true;
+      // The parked delivery asks to park until it has: its first send can wait on the entity
+      // behind another event's transaction and be answered 409/503 before reaching its handler.
+      let parked = false;
+      const hasParked = a.entered(newest.id).then(() => (parked = true));
       const started = Date.now();
       const send = async (delivery: Delivery): Promise<Ended> => {
         const statuses: number[] = [];
-        let park = delivery.park === true;
         for (let sends = 0; sends < MAX_SENDS && Date.now() - started < DEADLINE_MS; sends++) {
           const child = delivery.target === 'a' && aAlive ? a : b;
+          const park = delivery.park === true && child === a && !parked;
           let status = 0;
           let retryAfter: string | null = null;
           let stale = false;
@@ -140,7 +144,6 @@ describe.each(ADAPTERS)('ordering guard across two processes with a SIGKILL (%s)
           } catch {
             // The process is gone (SIGKILL) or the send timed out: deliver again.
           }
-          park = false;
           statuses.push(status);
           if (status === 200) return { id: delivery.event.id, status, stale, replayed, statuses };
           // Only "later" is an expected answer here: a refusal or a 500 is a bug.
@@ -160,12 +163,18 @@ describe.each(ADAPTERS)('ordering guard across two processes with a SIGKILL (%s)
       let next = 0;
       const ended: Ended[] = [];
       const worker = async () => {
-        while (next < deliveries.length) ended.push(await send(deliveries[next++]));
+        while (next < deliveries.length) {
+          const index = next++;
+          // What comes after the parked delivery waits until it has parked: a copy of the newest
+          // event sent beside it could claim first, and the parked one would be answered a replay.
+          if (index > parkedAt) await hasParked;
+          ended.push(await send(deliveries[index]));
+        }
       };
       const workers = Promise.all(Array.from({ length: IN_FLIGHT }, worker));
 
       // Mid-run: the parked delivery holds the entity in a, others wait on it; then a dies.
-      await within(a.entered(newest.id), 60_000, 'the newest event to park in process a');
+      await within(hasParked, 60_000, 'the newest event to park in process a');
       await waitUntil(async () => (await lockWaiters(db)) >= 1, 'other events to wait on the entity');
       await a.kill();
       aAlive = false;
