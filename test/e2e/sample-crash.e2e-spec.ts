@@ -53,7 +53,9 @@ describe.each(ROUTES)('Stripe sample: crashes and shutdown (%s)', (route) => {
     ).rows;
 
   it('SIGKILL inside an orders transaction leaves no claim; the next delivery makes the order once', async () => {
-    const first = await startSample({ databaseUrl });
+    // The process the redelivery reaches is booted beside the one that dies, as a second replica:
+    // it holds nothing of the killed one's, so what it finds is only what the database kept.
+    const [first, next] = await Promise.all([startSample({ databaseUrl }), startSample({ databaseUrl })]);
     const event = paymentIntentSucceeded('evt_killed_in_tx');
 
     // Park the handler inside its transaction: the claim is inserted, the order insert waits on
@@ -98,21 +100,19 @@ describe.each(ROUTES)('Stripe sample: crashes and shutdown (%s)', (route) => {
     expect(await claim('evt_killed_in_tx')).toEqual([]);
     expect(await orders('evt_killed_in_tx')).toBe(0);
 
-    const restarted = await startSample({ databaseUrl });
-    const redelivered = await deliver(restarted.url, ORDERS, event);
+    const redelivered = await deliver(next.url, ORDERS, event);
     expect(redelivered.status).toBe(200);
     expect(redelivered.headers['idempotent-replayed']).toBeUndefined();
-    expect((await deliver(restarted.url, ORDERS, event)).headers['idempotent-replayed']).toBe('true');
+    expect((await deliver(next.url, ORDERS, event)).headers['idempotent-replayed']).toBe('true');
     expect(await orders('evt_killed_in_tx')).toBe(1);
     expect(await claim('evt_killed_in_tx')).toEqual([{ status: 'done', attempts: 1, expired: null }]);
-    await restarted.terminate();
+    await next.terminate();
   });
 
   it('SIGKILL during the fulfilment call leaves a lease: 409 inside it, re-claimed with the same Idempotency-Key after it, replayed later', async () => {
     // Two replicas on one database, as in production; a short lease and a fast reporter.
     const settings = { databaseUrl, fulfilmentUrl: api.url, leaseMs: 3_000, reportIntervalMs: 250 };
-    const doomed = await startSample(settings);
-    const survivor = await startSample(settings);
+    const [doomed, survivor] = await Promise.all([startSample(settings), startSample(settings)]);
     const event = checkoutSessionCompleted('evt_killed_in_call');
 
     const held = api.holdNext();
