@@ -125,7 +125,12 @@ describe('handoff crashes and races (child processes)', () => {
     (await jobs(queue, key)).every((job) => job.state === 'completed');
 
   it('SIGKILL between the enqueue and its COMMIT leaves no claim and no job; the redelivery enqueues once', async () => {
-    const web = await spawn('web-killed', { web: true, handoff: quick(EXPIRE_SECONDS) });
+    // The process the redelivery reaches is booted beside the one that dies, as a second replica:
+    // it holds nothing of the killed one's, so what it finds is only what the database kept.
+    const [web, again] = await Promise.all([
+      spawn('web-killed', { web: true, handoff: quick(EXPIRE_SECONDS) }),
+      spawn('web-2', { web: true, handoff: quick(EXPIRE_SECONDS) }),
+    ]);
     const answer = post(web.url, { id: 'evt_kill_web', park: true }).catch((error: unknown) => error);
     await web.entered('webhook:evt_kill_web');
     await web.kill();
@@ -137,7 +142,6 @@ describe('handoff crashes and races (child processes)', () => {
     expect(await jobs(TX_QUEUE, 'evt_kill_web')).toEqual([]);
     expect(await db.count('SELECT count(*) FROM orders WHERE event_id = $1', ['evt_kill_web'])).toBe(0);
 
-    const again = await spawn('web-2', { web: true, handoff: quick(EXPIRE_SECONDS) });
     expect((await post(again.url, { id: 'evt_kill_web' })).status).toBe(200);
     const replay = await post(again.url, { id: 'evt_kill_web' });
     expect(replay.headers.get('idempotent-replayed')).toBe('true');
@@ -195,8 +199,10 @@ describe('handoff crashes and races (child processes)', () => {
     expect(await unfinished(TX_QUEUE)).toBe(0);
     // Booted first, so their queue settings (jobs that outlive any park here) are the ones in force.
     const handoff = quick(60);
-    const a = await spawn('A', { workers: ['tx'], handoff, concurrency: 1 });
-    const b = await spawn('B', { workers: ['tx'], handoff, concurrency: 1 });
+    const [a, b] = await Promise.all([
+      spawn('A', { workers: ['tx'], handoff, concurrency: 1 }),
+      spawn('B', { workers: ['tx'], handoff, concurrency: 1 }),
+    ]);
     const web = await webhook();
     const enteredEither = (id: string) => Promise.any([a.entered(id), b.entered(id)]);
     // Two gate jobs first: whichever worker takes one parks on it, so the other takes the second:
