@@ -245,6 +245,9 @@ describe('fault: failover to a promoted standby', () => {
       expect(rows[0].setting).toBe('off');
       const standbyPool = openStandbyPool(pair, db);
       pools.push(standbyPool);
+      // A synchronous COMMIT waits for the standby's flush, not its replay: the claims table the
+      // apps' migrations made must be replayed there before the stream pauses, or reading it fails.
+      await pair.standbyCaughtUp();
 
       // Per mode, whether the answer came while the standby had nothing of the event, and what
       // the standby had once it came: asserted together, so a failure shows both modes.
@@ -286,6 +289,8 @@ describe('fault: failover to a promoted standby', () => {
       apps.push(...(await startApps(db.url, downstream, applicationName)));
       const standbyPool = openStandbyPool(pair, db);
       pools.push(standbyPool);
+      // The claims table replayed on the standby before the stream pauses (see above).
+      await pair.standbyCaughtUp();
 
       const seen: Record<string, { answer: Answer; onStandby: number }> = {};
       for (const mode of MODES) {
