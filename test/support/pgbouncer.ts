@@ -1,8 +1,8 @@
 import { spawn } from 'node:child_process';
-import { chmod, mkdtemp, rm, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import pg from 'pg';
+import { sharedDirectory } from './cluster-template.js';
 import { freePort } from './postgres-server.js';
 import { PGBOUNCER, requireProgram } from './system-packages.js';
 
@@ -57,8 +57,7 @@ const READY_TIMEOUT_MS = 10_000;
  */
 export async function startPgBouncer(serverUrl: string, options: PgBouncerOptions = {}): Promise<PgBouncer> {
   const server = new URL(serverUrl);
-  const dir = await mkdtemp(join(tmpdir(), 'idempotency-pgbouncer-'));
-  await chmod(dir, 0o755);
+  const dir = await sharedDirectory('idempotency-pgbouncer-');
   const port = await freePort();
   const config = join(dir, 'pgbouncer.ini');
   await writeFile(join(dir, 'userlist.txt'), `"${decodeURIComponent(server.username)}" ""\n`);

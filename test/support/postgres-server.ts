@@ -1,9 +1,13 @@
-import { mkdtemp, chmod, rm } from 'node:fs/promises';
+import { rm } from 'node:fs/promises';
 import { createServer } from 'node:net';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { EmbeddedCluster, EmbeddedPostgresError } from '../../sample/database/embedded-cluster.js';
-import { copyClusterTemplate, runClusterTemplate, SERVER_SUPERUSER } from './cluster-template.js';
+import {
+  copyClusterTemplate,
+  runClusterTemplate,
+  SERVER_SUPERUSER,
+  sharedDirectory,
+} from './cluster-template.js';
 
 /** A running PostgreSQL server the tests may create databases on. */
 export interface PostgresServer {
@@ -100,9 +104,8 @@ async function startEmbeddedRetrying(): Promise<PostgresServer> {
 }
 
 async function startEmbedded(): Promise<PostgresServer> {
-  const parent = await mkdtemp(join(tmpdir(), 'idempotency-pg-'));
-  // Our own directory (mkdtemp makes it 0700): the `postgres` user must get through it as root.
-  await chmod(parent, 0o755);
+  // Our own directory, which the `postgres` user must get through as root.
+  const parent = await sharedDirectory('idempotency-pg-');
   const port = await freePort();
   const { password } = SERVER_SUPERUSER;
   const dataDir = join(parent, 'data');
