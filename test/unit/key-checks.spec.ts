@@ -1,9 +1,14 @@
+import { createHash } from 'node:crypto';
 import { describe, expect, it } from '@jest/globals';
 import { fingerprintsConflict } from '../../lib/core/claim-check.js';
 import { UnstableKeys } from '../../lib/core/unstable-keys.js';
 import { stripeEventKey } from '../../lib/index.js';
-import { webhookFingerprint } from '../../lib/keys/webhook-fingerprints.js';
-import { requestIdempotencyKey, type RequestMode } from '../../lib/transports/http/request-mode.js';
+import { sha256Hex, webhookFingerprint } from '../../lib/keys/webhook-fingerprints.js';
+import {
+  requestFingerprint,
+  requestIdempotencyKey,
+  type RequestMode,
+} from '../../lib/transports/http/request-mode.js';
 
 const MODE: RequestMode = { required: true, replayHeaders: ['location'] };
 const keyOf = (header: string | undefined, mode: RequestMode = MODE) =>
@@ -63,6 +68,29 @@ describe('key checks', () => {
     expect(body({}, { rawBody: Buffer.from('{"a":1}') })).toBe(body({ a: 1 }, {}));
     expect(webhookFingerprint(false, undefined, undefined)).toBe(false);
     expect(webhookFingerprint('nope' as never, undefined, undefined)).toBeUndefined();
+  });
+
+  it('hashes to the digests of a Hash updated part by part, so claims stored before still match', () => {
+    // What sha256Hex computed until it made one crypto.hash() call over the joined parts.
+    const partByPart = (...parts: (string | Uint8Array)[]) => {
+      const hash = createHash('sha256');
+      for (const part of parts) hash.update(part);
+      return hash.digest('hex');
+    };
+    const stripe = ['stripe\n', 'evt_1é', '\n', 'charge.succeeded', '\n', '1730000000'];
+    expect(sha256Hex(...stripe)).toBe(partByPart(...stripe));
+    const body = Buffer.from('{"amount":500,"note":"ünïcode ✓ 😀"}');
+    expect(sha256Hex(body)).toBe(partByPart(body));
+    expect(sha256Hex('{"a":"😀"}')).toBe(partByPart('{"a":"😀"}'));
+    const request = ['POST', '\n', '/refunds?x=1', '\n', body] as const;
+    expect(sha256Hex(...request)).toBe(partByPart(...request));
+    // Request mode over the raw body and over the parsed one: the same digest as before.
+    expect(
+      requestFingerprint(MODE, { method: 'POST', url: '/refunds?x=1', body: {}, rawBody: body } as never),
+    ).toBe(partByPart(...request));
+    expect(requestFingerprint(MODE, { method: 'POST', url: '/refunds', body: { a: 1 } } as never)).toBe(
+      partByPart('POST', '\n', '/refunds', '\n', '{"a":1}'),
+    );
   });
 
   it('conflicts only when both fingerprints are known and differ', () => {
