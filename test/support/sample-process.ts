@@ -57,9 +57,24 @@ export interface SampleProcess {
 
 const running = new Set<SampleProcess>();
 
+/**
+ * Ports tried: freePort() closes the port it found before the sample listens on it, so another
+ * process can take it first (a fresh-clone run failed so: listen EADDRINUSE); a new one is tried.
+ */
+const PORT_ATTEMPTS = 3;
+
 /** Starts `node dist/sample/main.js` on a free port and waits until GET /health answers 200. */
 export async function startSample(settings: SampleSettings): Promise<SampleProcess> {
-  const port = await freePort();
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await startSampleOn(await freePort(), settings);
+    } catch (error) {
+      if (attempt >= PORT_ATTEMPTS || !String(error).includes('EADDRINUSE')) throw error;
+    }
+  }
+}
+
+async function startSampleOn(port: number, settings: SampleSettings): Promise<SampleProcess> {
   const env: NodeJS.ProcessEnv = { ...process.env };
   for (const name of SAMPLE_VARIABLES) delete env[name];
   // Jest's --experimental-vm-modules is for Jest, not for the app under test.
