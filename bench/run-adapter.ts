@@ -30,6 +30,7 @@ import type {
 } from './report/bench-result.js';
 import type { BaselineCheckout } from './support/baseline-checkout.js';
 import { createBenchDatabase, type BenchPostgres } from './support/bench-postgres.js';
+import { DatabaseCpu } from './support/database-cpu.js';
 import { ServerProcess } from './support/server-process.js';
 import { StatementStats } from './support/statement-stats.js';
 import {
@@ -80,6 +81,7 @@ export async function runAdapter(
     : undefined;
   const checker = new pg.Client({ connectionString: database.url });
   await checker.connect();
+  const databaseCpu = await DatabaseCpu.open(checker);
   let cellNumber = 0;
   const nextCell = () => eventIds(target.runTag, (cellNumber++).toString(36).padStart(3, '0'));
   const loadOn =
@@ -102,8 +104,20 @@ export async function runAdapter(
         const ids = nextCell();
         await server.reset();
         await statements?.reset();
+        const databaseCpuSince = databaseCpu && { meter: databaseCpu, before: await databaseCpu.read() };
         const result = await load(variant, workload, options.cellS, ids);
-        cells.push(await measureCell(variant, workload, result, ids.prefix, server, statements, checker));
+        cells.push(
+          await measureCell(
+            variant,
+            workload,
+            result,
+            ids.prefix,
+            server,
+            statements,
+            checker,
+            databaseCpuSince,
+          ),
+        );
         log(`${adapter} ${workload.padEnd(6)} ${variant.padEnd(12)} ${describe(cells.at(-1)!)}`);
       }
     }
@@ -283,8 +297,12 @@ async function measureCell(
   server: ServerProcess,
   statements: StatementStats | undefined,
   checker: pg.Client,
+  /** The database server's CPU meter and its reading before the load (absent when not local). */
+  databaseCpu?: { meter: DatabaseCpu; before: number },
 ): Promise<CellResult> {
   const stats = await server.settledStats();
+  // Read before the statistics and checks below, so that their own queries are not counted.
+  const databaseCpuUs = databaseCpu ? (await databaseCpu.meter.read()) - databaseCpu.before : undefined;
   const executed = await statements?.read();
   // Per delivery received: the handlers of requests autocannon dropped at its deadline still ran.
   const events = Math.max(stats.requests, 1);
@@ -321,6 +339,7 @@ async function measureCell(
           execMs: round(executed.execMs),
           statementsPerEvent: perEvent(executed.calls),
           execUsPerEvent: round((executed.execMs * 1000) / events, 1),
+          cpuUsPerEvent: databaseCpuUs === undefined ? null : round(databaseCpuUs / events, 1),
           statements: executed.statements.slice(0, 8),
         }
       : null,

@@ -30,6 +30,11 @@ export interface CellResult {
     | (Omit<ExecutedStatements, 'statements'> & {
         statementsPerEvent: number;
         execUsPerEvent: number;
+        /**
+         * The database server's CPU per event, every process of it (DatabaseCpu): null when the
+         * server is not on this machine.
+         */
+        cpuUsPerEvent: number | null;
         statements: ExecutedStatements['statements'];
       })
     | null;

@@ -272,12 +272,12 @@ function cellsTable(result: AdapterResult, workload: Workload): string[] {
       `| ${cell.variant} | ${load.eventsPerSecond} | ${none ? (load.eventsPerSecond / none.load.eventsPerSecond).toFixed(2) : ''} ` +
       `| ${load.latencyMs.p50} | ${load.latencyMs.p99} | ${load.latencyMs.max} | ${errors} ` +
       `| ${server.statementsPerEvent} | ${server.roundTripsPerEvent} | ${database?.statementsPerEvent ?? 'n/a'} ` +
-      `| ${server.cpuUsPerEvent} | ${database?.execUsPerEvent ?? 'n/a'} | ${effect.double} / ${effect.missing} |`
+      `| ${server.cpuUsPerEvent} | ${database?.execUsPerEvent ?? 'n/a'} | ${database?.cpuUsPerEvent ?? 'n/a'} | ${effect.double} / ${effect.missing} |`
     );
   });
   return [
-    '| variant | events/s | vs none | p50 ms | p99 ms | max ms | errors | statements/event | round trips/event | DB statements/event | server CPU µs/event | DB exec µs/event | double / missing effects |',
-    '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|',
+    '| variant | events/s | vs none | p50 ms | p99 ms | max ms | errors | statements/event | round trips/event | DB statements/event | server CPU µs/event | DB exec µs/event | DB server CPU µs/event | double / missing effects |',
+    '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|',
     ...rows,
   ];
 }
