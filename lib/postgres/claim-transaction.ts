@@ -27,6 +27,7 @@ import {
   isRetryable,
 } from './pg-errors.js';
 import type { PreparedStatements } from './prepared-statements.js';
+import { connectClient, sendSimpleQuery } from './pg-promises.js';
 import { claimQuery, isPreparedStatementMiss, type ClaimStatement } from './statement-executor.js';
 
 /** A statement to send with the COMMIT, its values already quoted. */
@@ -308,11 +309,11 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
   }
 
   /**
-   * A connection from the DataSource's pool for beginAndClaim(): the pool's own promise, one where
-   * TypeORM's QueryRunner.connect() makes five.
+   * A connection from the DataSource's pool for beginAndClaim(): one promise, where TypeORM's
+   * QueryRunner.connect() makes five and the pool's own promise form two.
    */
   connect(): Promise<PoolClient> {
-    return this.options.pool.connect();
+    return connectClient(this.options.pool);
   }
 
   /**
@@ -421,7 +422,10 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
     const claim = variant?.statement ?? statements.transactionClaim;
     const literals = claimLiterals(client, values, variant);
     const how = this.howToSend(client, claim.name, 1);
-    return client.query(claimAfterSql(statements, head, literals, how, claim, variant?.types)).then(
+    return sendSimpleQuery(
+      client,
+      claimAfterSql(statements, head, literals, how, claim, variant?.types),
+    ).then(
       (answer) => {
         const row = this.claimAnswered(client, answer, how, claim.name, variant);
         return settledAtOnce(row, check) ?? this.settle(client, row, values, check);
@@ -611,7 +615,7 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
     if (client && this.transactionActive && !this.options.subscribed && !this.deferred) {
       // The plain COMMIT, answered in one `.then` on its query: an async function awaiting end()
       // would make two promises more, each paying AsyncLocalStorage's hooks.
-      return client.query('COMMIT').then(
+      return sendSimpleQuery(client, 'COMMIT').then(
         (result) => {
           this.forget();
           // Postgres answers the COMMIT of an aborted transaction with the tag ROLLBACK.
@@ -823,7 +827,7 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
     parts.push('COMMIT');
     let results: QueryResult[];
     try {
-      results = (await client.query(parts.join(';\n'))) as unknown as QueryResult[];
+      results = (await sendSimpleQuery(client, parts.join(';\n'))) as unknown as QueryResult[];
     } catch (error) {
       await client.query('ROLLBACK').catch(() => undefined);
       this.forget();
@@ -870,7 +874,7 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
     this.deferred = undefined;
     if (deferred && action === 'COMMIT') return this.commitWithDeferred(client, deferred);
     // Whatever the answer, the transaction is over (a failed COMMIT ends it too, or the connection).
-    return client.query(action).then(
+    return sendSimpleQuery(client, action).then(
       (result) => {
         this.forget();
         // Postgres answers the COMMIT of an aborted transaction with the tag ROLLBACK.

@@ -7,6 +7,7 @@ import {
   UNKNOWN_PREPARED_STATEMENT,
 } from './pg-errors.js';
 import type { PreparedStatements } from './prepared-statements.js';
+import { sendPoolQuery } from './pg-promises.js';
 import { pgPoolOf } from './typeorm-internals.js';
 
 /** A statement of the per-delivery path, with the name pg prepares it under. */
@@ -51,16 +52,19 @@ export class StatementExecutor {
     private readonly prepared: PreparedStatements,
   ) {}
 
-  async execute(statement: ClaimStatement, parameters: unknown[]): Promise<QueryResult> {
+  /**
+   * Sends `statement` autocommitted on the pool; one prepared-state miss is sent again unprepared.
+   * Promise chains rather than async functions: each async layer is two promises more on every
+   * delivery (see pg-promises.ts).
+   */
+  execute(statement: ClaimStatement, parameters: unknown[]): Promise<QueryResult> {
     const pool = pgPoolOf(this.dataSource);
-    if (!this.prepared.active) return pool.query(claimQuery(statement, parameters, false));
-    try {
-      return await pool.query(claimQuery(statement, parameters, true));
-    } catch (error) {
+    if (!this.prepared.active) return sendPoolQuery(pool, claimQuery(statement, parameters, false));
+    return sendPoolQuery(pool, claimQuery(statement, parameters, true)).catch((error: unknown) => {
       if (!isPreparedStatementMiss(error)) throw error;
       this.prepared.missed(statement.name, errorCode(error)!);
-      return pool.query(claimQuery(statement, parameters, false));
-    }
+      return sendPoolQuery(pool, claimQuery(statement, parameters, false));
+    });
   }
 
   /**
@@ -69,16 +73,29 @@ export class StatementExecutor {
    * lost connection costs a resend rather than a lease that stays in progress. `resent` tells the
    * caller an earlier send may have run without its answer arriving.
    */
-  async executeResending(
+  executeResending(
     statement: ClaimStatement,
     parameters: unknown[],
   ): Promise<{ result: QueryResult; resent: boolean }> {
+    return this.execute(statement, parameters).then(
+      (result) => ({ result, resent: false }),
+      (error: unknown) => this.resend(statement, parameters, error),
+    );
+  }
+
+  /** The sends after the first of executeResending(), which failed with `error`. */
+  private async resend(
+    statement: ClaimStatement,
+    parameters: unknown[],
+    error: unknown,
+  ): Promise<{ result: QueryResult; resent: boolean }> {
     for (let send = 1; ; send++) {
+      if (send >= MAX_CONNECTION_SENDS || !isConnectionError(error)) throw error;
+      await new Promise((resolve) => setTimeout(resolve, RESEND_DELAYS_MS[send]));
       try {
-        return { result: await this.execute(statement, parameters), resent: send > 1 };
-      } catch (error) {
-        if (send >= MAX_CONNECTION_SENDS || !isConnectionError(error)) throw error;
-        await new Promise((resolve) => setTimeout(resolve, RESEND_DELAYS_MS[send]));
+        return { result: await this.execute(statement, parameters), resent: true };
+      } catch (failed) {
+        error = failed;
       }
     }
   }
