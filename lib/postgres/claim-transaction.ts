@@ -26,8 +26,8 @@ import {
   isDataError,
   isRetryable,
 } from './pg-errors.js';
-import type { PreparedStatements } from './prepared-statements.js';
 import { connectClient, sendSimpleQuery } from './pg-promises.js';
+import type { PreparedStatements } from './prepared-statements.js';
 import { claimQuery, isPreparedStatementMiss, type ClaimStatement } from './statement-executor.js';
 
 /** A statement to send with the COMMIT, its values already quoted. */

@@ -1,4 +1,4 @@
-import type { QueryConfig, QueryResult } from 'pg';
+import type { Pool, QueryConfig, QueryResult } from 'pg';
 import type { DataSource } from 'typeorm';
 import {
   DUPLICATE_PREPARED_STATEMENT,
@@ -6,8 +6,8 @@ import {
   isConnectionError,
   UNKNOWN_PREPARED_STATEMENT,
 } from './pg-errors.js';
-import type { PreparedStatements } from './prepared-statements.js';
 import { sendPoolQuery } from './pg-promises.js';
+import type { PreparedStatements } from './prepared-statements.js';
 import { pgPoolOf } from './typeorm-internals.js';
 
 /** A statement of the per-delivery path, with the name pg prepares it under. */
@@ -58,7 +58,13 @@ export class StatementExecutor {
    * delivery (see pg-promises.ts).
    */
   execute(statement: ClaimStatement, parameters: unknown[]): Promise<QueryResult> {
-    const pool = pgPoolOf(this.dataSource);
+    let pool: Pool;
+    try {
+      pool = pgPoolOf(this.dataSource);
+    } catch (error) {
+      // A destroyed DataSource has no pool: a rejection, as from the async function this was.
+      return Promise.reject(error);
+    }
     if (!this.prepared.active) return sendPoolQuery(pool, claimQuery(statement, parameters, false));
     return sendPoolQuery(pool, claimQuery(statement, parameters, true)).catch((error: unknown) => {
       if (!isPreparedStatementMiss(error)) throw error;
