@@ -2,6 +2,7 @@ import { spawn } from 'node:child_process';
 import { cp, mkdir, mkdtemp, readdir, rename, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 
 /** An app from test/packaging/apps/, copied to a temporary directory, with the packed library installed. */
 export interface PackedApp {
@@ -18,6 +19,17 @@ const NPM_CACHE = resolve('.data/npm-cache');
 
 /** A command that runs longer is killed, with its process group, and reported with its output. */
 const COMMAND_TIMEOUT_MS = 150_000;
+
+/**
+ * What npm says when the registry failed rather than the install line: the network, or a version
+ * that the registry's other answers require and its own document of that package does not list
+ * yet (ETARGET for `@babel/compat-data@^7.29.17` in one run of 2026-12-04, while the runs just
+ * before and after installed it). Such an install is tried once more, revalidating what the first
+ * try cached (`--prefer-online`); a wrong version in an install line fails both times.
+ */
+const REGISTRY_FAILURE = /\b(ETARGET|ECONNRESET|ETIMEDOUT|EAI_AGAIN|ENOTFOUND|E50[0-9]|socket hang up)\b/;
+/** Before the second try, so that it does not meet the same stale answer at once. */
+const REGISTRY_RETRY_PAUSE_MS = 5_000;
 
 /**
  * The environment an app's commands see: this run's, without what would make them behave
@@ -99,15 +111,13 @@ export async function installPackedApp(template: string, packages: string[] = []
       },
       remove,
     };
-    await app.run('npm', [
-      'install',
-      '--no-audit',
-      '--no-fund',
-      '--prefer-offline',
-      '--cache',
-      NPM_CACHE,
-      ...packages,
-    ]);
+    const install = (cached: '--prefer-offline' | '--prefer-online') =>
+      app.run('npm', ['install', '--no-audit', '--no-fund', cached, '--cache', NPM_CACHE, ...packages]);
+    await install('--prefer-offline').catch(async (error: Error) => {
+      if (!REGISTRY_FAILURE.test(error.message)) throw error;
+      await sleep(REGISTRY_RETRY_PAUSE_MS);
+      await install('--prefer-online');
+    });
     return app;
   } catch (error) {
     await remove();
