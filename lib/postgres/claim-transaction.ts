@@ -26,7 +26,7 @@ import {
   isDataError,
   isRetryable,
 } from './pg-errors.js';
-import { connectClient, sendSimpleQuery } from './pg-promises.js';
+import { connectClient, sendQuery } from './pg-promises.js';
 import type { PreparedStatements } from './prepared-statements.js';
 import { claimQuery, isPreparedStatementMiss, type ClaimStatement } from './statement-executor.js';
 
@@ -422,10 +422,7 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
     const claim = variant?.statement ?? statements.transactionClaim;
     const literals = claimLiterals(client, values, variant);
     const how = this.howToSend(client, claim.name, 1);
-    return sendSimpleQuery(
-      client,
-      claimAfterSql(statements, head, literals, how, claim, variant?.types),
-    ).then(
+    return sendQuery(client, claimAfterSql(statements, head, literals, how, claim, variant?.types)).then(
       (answer) => {
         const row = this.claimAnswered(client, answer, how, claim.name, variant);
         return settledAtOnce(row, check) ?? this.settle(client, row, values, check);
@@ -615,7 +612,7 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
     if (client && this.transactionActive && !this.options.subscribed && !this.deferred) {
       // The plain COMMIT, answered in one `.then` on its query: an async function awaiting end()
       // would make two promises more, each paying AsyncLocalStorage's hooks.
-      return sendSimpleQuery(client, 'COMMIT').then(
+      return sendQuery(client, 'COMMIT').then(
         (result) => {
           this.forget();
           // Postgres answers the COMMIT of an aborted transaction with the tag ROLLBACK.
@@ -827,7 +824,7 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
     parts.push('COMMIT');
     let results: QueryResult[];
     try {
-      results = (await sendSimpleQuery(client, parts.join(';\n'))) as unknown as QueryResult[];
+      results = (await sendQuery(client, parts.join(';\n'))) as unknown as QueryResult[];
     } catch (error) {
       await client.query('ROLLBACK').catch(() => undefined);
       this.forget();
@@ -874,7 +871,7 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
     this.deferred = undefined;
     if (deferred && action === 'COMMIT') return this.commitWithDeferred(client, deferred);
     // Whatever the answer, the transaction is over (a failed COMMIT ends it too, or the connection).
-    return sendSimpleQuery(client, action).then(
+    return sendQuery(client, action).then(
       (result) => {
         this.forget();
         // Postgres answers the COMMIT of an aborted transaction with the tag ROLLBACK.

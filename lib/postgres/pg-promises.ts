@@ -19,20 +19,18 @@ export function connectClient(pool: Pool): Promise<PoolClient> {
   });
 }
 
-/** `client.query(text)`, a simple-protocol query without values, as one promise. */
-export function sendSimpleQuery(client: PoolClient, text: string): Promise<QueryResult> {
-  return new Promise((resolve, reject) => {
-    client.query(text, (error: Error | null, result: QueryResult) =>
-      error ? reject(error) : resolve(result),
-    );
-  });
+/** What sendQuery() sends on: a connection, or the pool (autocommitted on a connection of its own). */
+interface Queryable {
+  query(query: string | QueryConfig, callback: (error: Error | null, result: QueryResult) => void): void;
 }
 
-/** `pool.query(query)`, autocommitted on a connection of the pool's, as one promise. */
-export function sendPoolQuery(pool: Pool, query: QueryConfig): Promise<QueryResult> {
+/**
+ * `on.query(query)` as one promise: on a connection, a simple-protocol query (a text without
+ * values, its statements answered one result each) or a query with values; on the pool, either,
+ * autocommitted.
+ */
+export function sendQuery(on: Pool | PoolClient, query: string | QueryConfig): Promise<QueryResult> {
   return new Promise((resolve, reject) => {
-    pool.query(query, (error: Error | null, result: QueryResult) =>
-      error ? reject(error) : resolve(result),
-    );
+    (on as Queryable).query(query, (error, result) => (error ? reject(error) : resolve(result)));
   });
 }

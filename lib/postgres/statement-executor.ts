@@ -6,7 +6,7 @@ import {
   isConnectionError,
   UNKNOWN_PREPARED_STATEMENT,
 } from './pg-errors.js';
-import { sendPoolQuery } from './pg-promises.js';
+import { sendQuery } from './pg-promises.js';
 import type { PreparedStatements } from './prepared-statements.js';
 import { pgPoolOf } from './typeorm-internals.js';
 
@@ -65,11 +65,11 @@ export class StatementExecutor {
       // A destroyed DataSource has no pool: a rejection, as from the async function this was.
       return Promise.reject(error);
     }
-    if (!this.prepared.active) return sendPoolQuery(pool, claimQuery(statement, parameters, false));
-    return sendPoolQuery(pool, claimQuery(statement, parameters, true)).catch((error: unknown) => {
+    if (!this.prepared.active) return sendQuery(pool, claimQuery(statement, parameters, false));
+    return sendQuery(pool, claimQuery(statement, parameters, true)).catch((error: unknown) => {
       if (!isPreparedStatementMiss(error)) throw error;
       this.prepared.missed(statement.name, errorCode(error)!);
-      return sendPoolQuery(pool, claimQuery(statement, parameters, false));
+      return sendQuery(pool, claimQuery(statement, parameters, false));
     });
   }
 

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { AsyncLocalStorage } from 'node:async_hooks';
 import pg from 'pg';
-import { connectClient, sendPoolQuery, sendSimpleQuery } from '../../lib/postgres/pg-promises.js';
+import { connectClient, sendQuery } from '../../lib/postgres/pg-promises.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import { freePort } from '../support/postgres-server.js';
 
@@ -30,26 +30,26 @@ describe('pg calls as one promise each', () => {
   it('answers a simple query with one result per statement, and a statement error with its SQLSTATE', async () => {
     const client = await connectClient(pool);
     try {
-      const answer = (await sendSimpleQuery(
+      const answer = (await sendQuery(
         client,
         'SELECT 1 AS one; SELECT 2 AS two',
       )) as unknown as pg.QueryResult[];
       expect(answer.map((result) => result.rows[0])).toEqual([{ one: 1 }, { two: 2 }]);
-      await expect(sendSimpleQuery(client, 'SELECT * FROM no_such_table')).rejects.toMatchObject({
+      await expect(sendQuery(client, 'SELECT * FROM no_such_table')).rejects.toMatchObject({
         code: '42P01',
       });
       // The connection is still usable: the failed statement ended its own implicit transaction.
-      expect((await sendSimpleQuery(client, 'SELECT 3 AS three')).rows).toEqual([{ three: 3 }]);
+      expect((await sendQuery(client, 'SELECT 3 AS three')).rows).toEqual([{ three: 3 }]);
     } finally {
       client.release();
     }
   });
 
   it('answers a pool query with values and gives the connection back; an error comes with its SQLSTATE, its connection dropped', async () => {
-    const { rows } = await sendPoolQuery(pool, { text: 'SELECT $1::int + 1 AS n', values: [41] });
+    const { rows } = await sendQuery(pool, { text: 'SELECT $1::int + 1 AS n', values: [41] });
     expect(rows).toEqual([{ n: 42 }]);
     expect({ total: pool.totalCount, idle: pool.idleCount }).toEqual({ total: 1, idle: 1 });
-    await expect(sendPoolQuery(pool, { text: 'SELECT $1::int', values: ['x'] })).rejects.toMatchObject({
+    await expect(sendQuery(pool, { text: 'SELECT $1::int', values: ['x'] })).rejects.toMatchObject({
       code: '22P02',
     });
     // pg-pool drops a connection whose query failed, as its promise form does.
@@ -80,10 +80,10 @@ describe('pg calls as one promise each', () => {
     const second = delivery.run('second', async () => {
       const client = await connectClient(pool);
       const afterConnect = delivery.getStore();
-      const answer = await sendSimpleQuery(client, 'SELECT 1 AS one');
+      const answer = await sendQuery(client, 'SELECT 1 AS one');
       const afterQuery = delivery.getStore();
       client.release();
-      const pooled = await sendPoolQuery(pool, { text: 'SELECT 2 AS two' });
+      const pooled = await sendQuery(pool, { text: 'SELECT 2 AS two' });
       return {
         afterConnect,
         afterQuery,
