@@ -102,23 +102,30 @@ describe.each(ADAPTERS)('Retry-After of an in-flight duplicate over HTTP (%s)', 
   );
 
   it('tells a duplicate of a slow handler more than one of a fast one, and never more than its lease has left', async () => {
-    // Six deliveries of each slow route, all at once: their 2.5 s overlap.
+    // Six deliveries of each slow route, all at once: their 2.5 s overlap. Each is timed from the
+    // client, whose view of a delivery is never shorter than the server's own measure of it.
     const routes = ['slow', 'slow-short-lease'];
     const answers = await Promise.all(
       routes.flatMap((route) =>
-        Array.from({ length: 6 }, (_, i) =>
-          post(route, { id: `evt_${route}_history_${i}_${adapter}`, ms: SLOW_MS }),
-        ),
+        Array.from({ length: 6 }, async (_, i) => {
+          const sent = performance.now();
+          const answer = await post(route, { id: `evt_${route}_history_${i}_${adapter}`, ms: SLOW_MS });
+          return { route, status: answer.status, tookMs: performance.now() - sent };
+        }),
       ),
     );
     expect(answers.map((answer) => answer.status)).toEqual(Array(12).fill(200));
+    const slowestMs = Math.max(
+      ...answers.filter((answer) => answer.route === 'slow').map((answer) => answer.tookMs),
+    );
 
     const slow = await duplicateOfParked('slow', `evt_slow_${adapter}`);
     expect(slow.status).toBe(409);
-    // About 2.5 s to go (the 95th percentile, less the few ms the holder has spent), rounded up.
+    // About 2.5 s to go (the 95th percentile, less the few ms the holder has spent), rounded up:
+    // 3 s, or more only when a loaded machine made the deliveries themselves take longer.
     const slowSeconds = Number(slow.headers['retry-after']);
     expect(slowSeconds).toBeGreaterThanOrEqual(2);
-    expect(slowSeconds).toBeLessThanOrEqual(Math.ceil(SLOW_MS / 1000));
+    expect(slowSeconds).toBeLessThanOrEqual(Math.ceil(slowestMs / 1000));
 
     // The same work under a 2 s lease: the lease runs out first, and a redelivery may claim then.
     const bounded = await duplicateOfParked('slow-short-lease', `evt_slow_short_${adapter}`);
