@@ -16,8 +16,20 @@ import { waitUntil } from '../support/wait-until.js';
 const OUTAGE_MS = 1_500;
 /** 503s the sender must have been answered during the outage before the server comes back. */
 const ANSWERS_WHILE_DOWN = 10;
-/** Long enough that a lease taken just before the outage is still live when the server is back. */
-const LEASE_MS = 6_000;
+/**
+ * Longer than any outage this test makes (the wait for 503s is bounded at 20 s, then the restart),
+ * so that a lease taken just before the outage is still live when the server is back and its
+ * completion, resent meanwhile, lands. A loaded run once stretched the outage to 6.9 s, past a 6 s
+ * lease: the completions gave up at the lease's end and two copies re-claimed and re-ran.
+ */
+const LEASE_MS = 30_000;
+/**
+ * Deliveries in flight at once. An external-mode delivery whose completion was caught by the outage
+ * waits for it (until the lease ends), and so does every copy of its event waiting in process; with
+ * the sender's default of 8, such waits could take every slot, no send could be answered 503, and
+ * the outage lasted until the leases ran out. 32 leaves slots for new events while they wait.
+ */
+const CONCURRENCY = 32;
 const RETRY_AFTER_SECONDS = 5;
 /** A real API's latency: handlers are caught between their call and their completion. */
 const DOWNSTREAM_LATENCY_MS = 100;
@@ -64,7 +76,7 @@ describe('fault: Postgres restarted mid-traffic', () => {
         events: 200,
         idPrefix: `restart_${mode}`,
         eventsPerSecond: 60,
-        concurrency: 8,
+        concurrency: CONCURRENCY,
         deadlineMs: 60_000,
       });
       // The outage begins once traffic is flowing, and lasts until the sender has been told to
@@ -83,6 +95,8 @@ describe('fault: Postgres restarted mid-traffic', () => {
       const acknowledgedWhileDown = sender.acknowledgedEvents();
       await server.resume();
       const outageMs = Date.now() - down;
+      // The margin the completions' resends need (see LEASE_MS).
+      expect(outageMs).toBeLessThan(LEASE_MS);
       const sent = await sender.result;
 
       const report = await faultReport({
