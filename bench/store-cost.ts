@@ -1,0 +1,205 @@
+import { spawn } from 'node:child_process';
+import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { cpus, loadavg, tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+import pg from 'pg';
+import { claimTable } from '../lib/postgres/claim-table.js';
+import { claimStatements } from '../lib/postgres/claim.sql.js';
+import { createMigratedDatabase } from '../test/support/migrated-database.js';
+import { spread } from './load/percentiles.js';
+import { BENCH_SCHEMA } from './server/hand-written.sql.js';
+import { startBenchPostgres } from './support/bench-postgres.js';
+import { DatabaseCpu } from './support/database-cpu.js';
+
+/**
+ * `npm run bench:store-cost`: what storing a request-mode response costs PostgreSQL on its own,
+ * without Node in the way. pgbench (a C client, so the server's work is most of what is measured)
+ * sends each transaction pipelined, in one round trip, so that the variants differ only in what the
+ * server executes:
+ * - `claim`: BEGIN, the library's checked transaction claim, the order insert, COMMIT (lib-tx's work);
+ * - `claim+store`: the same plus the library's `store_response` UPDATE (lib-request's work);
+ * - `claim-at-commit`: a design the library does not use, for comparison: an advisory lock and a
+ *   read instead of the claim, and the claim row inserted with its response at the end.
+ * Interleaved, the order reversed every repetition. Writes bench/results/<date>-store-cost.{md,json}.
+ */
+const RESULTS_DIR = fileURLToPath(new URL('../../bench/results/', import.meta.url));
+
+const { values } = parseArgs({
+  options: {
+    reps: { type: 'string', default: '5' },
+    duration: { type: 'string', default: '5' },
+    clients: { type: 'string', default: '8' },
+  },
+});
+const reps = Number(values.reps);
+const durationS = Number(values.duration);
+const clients = Number(values.clients);
+
+/** The response lib-request's bench route stores (`{ received: true }`, answered 201). */
+const RESPONSE = '{"status": 201, "headers": {}, "body": {"received": true}}';
+/** A key per transaction; pgbench's own variables, so no two clients share one. */
+const KEY = `(:client_id || '_' || :k)`;
+const ORDER = `INSERT INTO orders (event_id, variant, type, amount, currency, customer)
+VALUES (${KEY}, 'store-cost', 'payment_intent.succeeded', 500, 'eur', 'cus_1')`;
+
+/** `text` with its $n replaced by `values[n - 1]` (SQL literals and pgbench expressions). */
+function inline(text: string, given: string[]): string {
+  // pgbench reads a command to its semicolon, on one line: the texts have none inside.
+  return text.replace(/\$(\d+)/g, (_, n: string) => given[Number(n) - 1]!).replace(/\s+/g, ' ');
+}
+
+/** One transaction per pgbench run of the script, pipelined (one round trip). */
+function script(commands: string[]): string {
+  return [
+    '\\set k random(1, 9000000000000000000)',
+    '\\startpipeline',
+    'BEGIN;',
+    ...commands.map((command) => `${command};`),
+    'COMMIT;',
+    '\\endpipeline',
+    '',
+  ].join('\n');
+}
+
+const statements = claimStatements(claimTable(undefined), true);
+const claim = inline(statements.transactionClaim.text, ["'store-cost'", KEY, "'bench'", "'5000'", "'fp'"]);
+const store = inline(statements.storeResponse!.text, ["'store-cost'", KEY, `'${RESPONSE}'`]);
+const SCRIPTS = {
+  claim: script([claim, ORDER]),
+  'claim+store': script([claim, ORDER, store]),
+  'claim-at-commit': script([
+    `SELECT pg_advisory_xact_lock(hashtextextended('store-cost:' || ${KEY}, 0))`,
+    `SELECT status FROM processed_events WHERE scope = 'store-cost' AND event_key = ${KEY}`,
+    ORDER,
+    `INSERT INTO processed_events (scope, event_key, source, status, completed_at, fingerprint, response)
+VALUES ('store-cost', ${KEY}, 'bench', 'done', now(), 'fp', '${RESPONSE}') ON CONFLICT DO NOTHING`.replace(
+      /\s+/g,
+      ' ',
+    ),
+  ]),
+};
+type Variant = keyof typeof SCRIPTS;
+const VARIANTS = Object.keys(SCRIPTS) as Variant[];
+
+/** Runs pgbench once; its transactions and tps. */
+function pgbench(file: string, url: string): Promise<{ transactions: number; tps: number }> {
+  const args = [
+    '-n',
+    '-M',
+    'prepared',
+    '-c',
+    String(clients),
+    '-j',
+    '2',
+    '-T',
+    String(durationS),
+    '-f',
+    file,
+  ];
+  return new Promise((resolve, reject) => {
+    const child = spawn('pgbench', [...args, url], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let output = '';
+    child.stdout.on('data', (chunk) => (output += chunk));
+    child.stderr.on('data', (chunk) => (output += chunk));
+    child.on('error', (error) =>
+      reject(new Error(`pgbench did not start (${error.message}): apt-get install postgresql-client`)),
+    );
+    child.on('exit', (code) => {
+      const transactions = Number(/actually processed: (\d+)/.exec(output)?.[1]);
+      const tps = Number(/tps = ([\d.]+)/.exec(output)?.[1]);
+      if (code !== 0 || !transactions) reject(new Error(`pgbench failed (${code}):\n${output}`));
+      else resolve({ transactions, tps });
+    });
+  });
+}
+
+const began = new Date();
+const loadAtStart = loadavg()[0].toFixed(2);
+const stamp = began
+  .toISOString()
+  .slice(0, 16)
+  .replace(/[:T]/g, (c) => (c === 'T' ? '-' : ''));
+const postgres = await startBenchPostgres();
+const dir = await mkdtemp(join(tmpdir(), 'store-cost-'));
+const client = new pg.Client({ connectionString: postgres.adminUrl });
+try {
+  const database = await createMigratedDatabase(postgres.adminUrl, 'store_cost', BENCH_SCHEMA);
+  await client.connect();
+  const meter = await DatabaseCpu.open(client);
+  for (const variant of VARIANTS) await writeFile(join(dir, `${variant}.sql`), SCRIPTS[variant]);
+  const runs: Record<Variant, { tps: number; cpuUsPerTransaction: number | null }[]> = {
+    claim: [],
+    'claim+store': [],
+    'claim-at-commit': [],
+  };
+  for (let rep = 0; rep < reps; rep++) {
+    const order = rep % 2 === 0 ? VARIANTS : [...VARIANTS].reverse();
+    for (const variant of order) {
+      const before = await meter?.read();
+      const { transactions, tps } = await pgbench(join(dir, `${variant}.sql`), database.url);
+      const after = await meter?.read();
+      const cpu = before === undefined || after === undefined ? null : (after - before) / transactions;
+      runs[variant].push({ tps, cpuUsPerTransaction: cpu === null ? null : Math.round(cpu * 10) / 10 });
+      console.log(
+        `[store-cost] rep ${rep + 1}/${reps} ${variant}: ${tps.toFixed(0)} tps, ` +
+          `${cpu === null ? 'n/a' : cpu.toFixed(1)} µs of PostgreSQL CPU per transaction`,
+      );
+    }
+  }
+  const summary = Object.fromEntries(
+    VARIANTS.map((variant) => {
+      const cpu = runs[variant].map((run) => run.cpuUsPerTransaction).filter((us) => us !== null);
+      return [
+        variant,
+        { tps: spread(runs[variant].map((run) => run.tps)), cpu: cpu.length ? spread(cpu) : null },
+      ];
+    }),
+  ) as Record<Variant, { tps: ReturnType<typeof spread>; cpu: ReturnType<typeof spread> | null }>;
+  // Within each repetition, so that drift falls on both sides.
+  const ratio = (variant: Variant) => spread(runs[variant].map((run, rep) => run.tps / runs.claim[rep]!.tps));
+  const result = {
+    startedAt: began.toISOString(),
+    environment: {
+      cpu: `${cpus().length}× ${cpus()[0]?.model.trim() ?? 'unknown'}`,
+      loadAverageAtStart: loadAtStart,
+      postgres: postgres.description,
+    },
+    options: { reps, durationS, clients },
+    scripts: SCRIPTS,
+    runs,
+    summary,
+    ratios: { 'claim+store/claim': ratio('claim+store'), 'claim-at-commit/claim': ratio('claim-at-commit') },
+  };
+  const row = (variant: Variant) => {
+    const { tps, cpu } = summary[variant];
+    const cpuText = cpu ? `${cpu.median} (${cpu.min}–${cpu.max})` : 'n/a';
+    const vs = variant === 'claim' ? '1' : `${result.ratios[`${variant}/claim`].median}`;
+    return `| ${variant} | ${Math.round(tps.median)} | ${vs} | ${cpuText} |`;
+  };
+  const markdown = [
+    `# What storing the response costs PostgreSQL (${began.toISOString()})`,
+    '',
+    `${postgres.description}; ${result.environment.cpu}; load average ${result.environment.loadAverageAtStart} at the start.`,
+    `pgbench, ${clients} clients, ${reps} interleaved repetitions of ${durationS} s, each transaction pipelined in one round trip.`,
+    '',
+    '| transaction | tps (median) | tps vs claim (median within repetitions) | PostgreSQL CPU µs per transaction, median (min–max) |',
+    '|---|---:|---:|---:|',
+    ...VARIANTS.map(row),
+    '',
+    '## The scripts',
+    '',
+    ...VARIANTS.flatMap((variant) => [`### ${variant}`, '', '```sql', SCRIPTS[variant].trim(), '```', '']),
+  ].join('\n');
+  await mkdir(RESULTS_DIR, { recursive: true });
+  const base = join(RESULTS_DIR, `${stamp}-store-cost`);
+  await writeFile(`${base}.json`, `${JSON.stringify(result, null, 2)}\n`);
+  await writeFile(`${base}.md`, markdown);
+  console.log(`[store-cost] wrote ${base}.{md,json}`);
+  console.log(JSON.stringify(result.ratios));
+} finally {
+  await client.end().catch(() => undefined);
+  await postgres.stop();
+  await rm(dir, { recursive: true, force: true });
+}
