@@ -33,12 +33,19 @@ const { values } = parseArgs({
     clients: { type: 'string', default: '8' },
   },
 });
-const reps = Number(values.reps);
-const durationS = Number(values.duration);
-const clients = Number(values.clients);
+/** A whole number of at least 1 from the command line, or a clear stop. */
+function count(name: string, text: string): number {
+  const value = Number(text);
+  if (!Number.isInteger(value) || value < 1)
+    throw new Error(`--${name} must be a whole number >= 1, got ${text}`);
+  return value;
+}
+const reps = count('reps', values.reps);
+const durationS = count('duration', values.duration);
+const clients = count('clients', values.clients);
 
-/** The response lib-request's bench route stores (`{ received: true }`, answered 201). */
-const RESPONSE = '{"status": 201, "headers": {}, "body": {"received": true}}';
+/** The response lib-request's bench route stores (`{ received: true }`, answered 200). */
+const RESPONSE = '{"status": 200, "headers": {}, "body": {"received": true}}';
 /** A key per transaction; pgbench's own variables, so no two clients share one. */
 const KEY = `(:client_id || '_' || :k)`;
 const ORDER = `INSERT INTO orders (event_id, variant, type, amount, currency, customer)
@@ -46,8 +53,8 @@ VALUES (${KEY}, 'store-cost', 'payment_intent.succeeded', 500, 'eur', 'cus_1')`;
 
 /** `text` with its $n replaced by `values[n - 1]` (SQL literals and pgbench expressions). */
 function inline(text: string, given: string[]): string {
-  // pgbench reads a command to its semicolon, on one line: the texts have none inside.
-  return text.replace(/\$(\d+)/g, (_, n: string) => given[Number(n) - 1]!).replace(/\s+/g, ' ');
+  // pgbench reads a command up to its semicolon; the statements hold none inside.
+  return text.replace(/\$(\d+)/g, (_, n: string) => given[Number(n) - 1]!);
 }
 
 /** One transaction per pgbench run of the script, pipelined (one round trip). */
@@ -74,30 +81,28 @@ const SCRIPTS = {
     `SELECT status FROM processed_events WHERE scope = 'store-cost' AND event_key = ${KEY}`,
     ORDER,
     `INSERT INTO processed_events (scope, event_key, source, status, completed_at, fingerprint, response)
-VALUES ('store-cost', ${KEY}, 'bench', 'done', now(), 'fp', '${RESPONSE}') ON CONFLICT DO NOTHING`.replace(
-      /\s+/g,
-      ' ',
-    ),
+VALUES ('store-cost', ${KEY}, 'bench', 'done', now(), 'fp', '${RESPONSE}') ON CONFLICT DO NOTHING`,
   ]),
 };
 type Variant = keyof typeof SCRIPTS;
 const VARIANTS = Object.keys(SCRIPTS) as Variant[];
 
-/** Runs pgbench once; its transactions and tps. */
-function pgbench(file: string, url: string): Promise<{ transactions: number; tps: number }> {
-  const args = [
-    '-n',
-    '-M',
-    'prepared',
-    '-c',
-    String(clients),
-    '-j',
-    '2',
-    '-T',
-    String(durationS),
-    '-f',
-    file,
-  ];
+/** The share of `runs`' updates that were HOT, 0 when there were none. */
+function hotShare(runs: { updates: number; hotUpdates: number }[]): number {
+  const all = runs.reduce((sum, run) => sum + run.updates, 0);
+  return all === 0 ? 0 : Math.round((runs.reduce((sum, run) => sum + run.hotUpdates, 0) / all) * 1000) / 1000;
+}
+
+/** Seconds each variant runs before the measured repetitions. */
+const WARM_UP_S = 2;
+
+/** Runs pgbench once, for `seconds`; its transactions and tps. */
+function pgbench(
+  file: string,
+  url: string,
+  seconds = durationS,
+): Promise<{ transactions: number; tps: number }> {
+  const args = ['-n', '-M', 'prepared', '-c', String(clients), '-j', '2', '-T', String(seconds), '-f', file];
   return new Promise((resolve, reject) => {
     const child = spawn('pgbench', [...args, url], { stdio: ['ignore', 'pipe', 'pipe'] });
     let output = '';
@@ -121,27 +126,57 @@ const stamp = began
   .toISOString()
   .slice(0, 16)
   .replace(/[:T]/g, (c) => (c === 'T' ? '-' : ''));
+/** The claims table's updates so far, and how many of them were HOT (no index entry written). */
+async function updates(client: pg.Client): Promise<{ all: number; hot: number }> {
+  const { rows } = await client.query<{ all: string; hot: string }>(
+    `SELECT n_tup_upd AS all, n_tup_hot_upd AS hot FROM pg_stat_user_tables WHERE relname = 'processed_events'`,
+  );
+  return { all: Number(rows[0]?.all ?? 0), hot: Number(rows[0]?.hot ?? 0) };
+}
+
 const postgres = await startBenchPostgres();
-const dir = await mkdtemp(join(tmpdir(), 'store-cost-'));
+let dir: string | undefined;
+let database: { url: string; name: string } | undefined;
 const client = new pg.Client({ connectionString: postgres.adminUrl });
+let benchClient: pg.Client | undefined;
 try {
-  const database = await createMigratedDatabase(postgres.adminUrl, 'store_cost', BENCH_SCHEMA);
+  dir = await mkdtemp(join(tmpdir(), 'store-cost-'));
+  database = await createMigratedDatabase(postgres.adminUrl, 'store_cost', BENCH_SCHEMA);
   await client.connect();
+  benchClient = new pg.Client({ connectionString: database.url });
+  await benchClient.connect();
+  const bench = benchClient;
   const meter = await DatabaseCpu.open(client);
   for (const variant of VARIANTS) await writeFile(join(dir, `${variant}.sql`), SCRIPTS[variant]);
-  const runs: Record<Variant, { tps: number; cpuUsPerTransaction: number | null }[]> = {
+  const runs: Record<
+    Variant,
+    { tps: number; cpuUsPerTransaction: number | null; updates: number; hotUpdates: number }[]
+  > = {
     claim: [],
     'claim+store': [],
     'claim-at-commit': [],
   };
+  // Warm-up, not counted: a fresh table's first thousands of rows (relation and index growth, the
+  // plans) cost several times a steady transaction, and would fall on the first variant only.
+  for (const variant of VARIANTS) await pgbench(join(dir, `${variant}.sql`), database.url, WARM_UP_S);
   for (let rep = 0; rep < reps; rep++) {
     const order = rep % 2 === 0 ? VARIANTS : [...VARIANTS].reverse();
     for (const variant of order) {
+      // Each run starts from a vacuumed table, so that no autovacuum the last run set off lands in this
+      // one's CPU window, which a variant's own garbage would otherwise charge to the next.
+      await bench.query('VACUUM processed_events, orders');
+      const updatesBefore = await updates(bench);
       const before = await meter?.read();
       const { transactions, tps } = await pgbench(join(dir, `${variant}.sql`), database.url);
       const after = await meter?.read();
+      const updatesAfter = await updates(bench);
       const cpu = before === undefined || after === undefined ? null : (after - before) / transactions;
-      runs[variant].push({ tps, cpuUsPerTransaction: cpu === null ? null : Math.round(cpu * 10) / 10 });
+      runs[variant].push({
+        tps,
+        cpuUsPerTransaction: cpu === null ? null : Math.round(cpu * 10) / 10,
+        updates: updatesAfter.all - updatesBefore.all,
+        hotUpdates: updatesAfter.hot - updatesBefore.hot,
+      });
       console.log(
         `[store-cost] rep ${rep + 1}/${reps} ${variant}: ${tps.toFixed(0)} tps, ` +
           `${cpu === null ? 'n/a' : cpu.toFixed(1)} µs of PostgreSQL CPU per transaction`,
@@ -171,6 +206,8 @@ try {
     runs,
     summary,
     ratios: { 'claim+store/claim': ratio('claim+store'), 'claim-at-commit/claim': ratio('claim-at-commit') },
+    /** Of claim+store's UPDATEs, the share that was HOT (the row's new version on its own page, no index entry). */
+    hotShare: hotShare(runs['claim+store']),
   };
   const row = (variant: Variant) => {
     const { tps, cpu } = summary[variant];
@@ -182,11 +219,13 @@ try {
     `# What storing the response costs PostgreSQL (${began.toISOString()})`,
     '',
     `${postgres.description}; ${result.environment.cpu}; load average ${result.environment.loadAverageAtStart} at the start.`,
-    `pgbench, ${clients} clients, ${reps} interleaved repetitions of ${durationS} s, each transaction pipelined in one round trip.`,
+    `pgbench, ${clients} clients, ${WARM_UP_S} s of each variant to warm up, then ${reps} interleaved repetitions of ${durationS} s, each transaction pipelined in one round trip.`,
     '',
     '| transaction | tps (median) | tps vs claim (median within repetitions) | PostgreSQL CPU µs per transaction, median (min–max) |',
     '|---|---:|---:|---:|',
     ...VARIANTS.map(row),
+    '',
+    `Of claim+store's \`store_response\` UPDATEs, ${(result.hotShare * 100).toFixed(1)}% were HOT (\`pg_stat_user_tables\`).`,
     '',
     '## The scripts',
     '',
@@ -199,7 +238,12 @@ try {
   console.log(`[store-cost] wrote ${base}.{md,json}`);
   console.log(JSON.stringify(result.ratios));
 } finally {
+  await benchClient?.end().catch(() => undefined);
+  if (database && process.env.DATABASE_URL) {
+    // On someone's own server: the run's million rows are dropped, as bench:scale drops its own.
+    await client.query(`DROP DATABASE IF EXISTS ${database.name}`).catch(() => undefined);
+  }
   await client.end().catch(() => undefined);
   await postgres.stop();
-  await rm(dir, { recursive: true, force: true });
+  if (dir) await rm(dir, { recursive: true, force: true });
 }
