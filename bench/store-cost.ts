@@ -57,7 +57,7 @@ function inline(text: string, given: string[]): string {
   return text.replace(/\$(\d+)/g, (_, n: string) => given[Number(n) - 1]!);
 }
 
-/** One transaction per pgbench run of the script, pipelined (one round trip). */
+/** A script of one transaction, pipelined in one round trip; pgbench runs it over and over. */
 function script(commands: string[]): string {
   return [
     '\\set k random(1, 9000000000000000000)',
@@ -120,12 +120,6 @@ function pgbench(
   });
 }
 
-const began = new Date();
-const loadAtStart = loadavg()[0].toFixed(2);
-const stamp = began
-  .toISOString()
-  .slice(0, 16)
-  .replace(/[:T]/g, (c) => (c === 'T' ? '-' : ''));
 /** The claims table's updates so far, and how many of them were HOT (no index entry written). */
 async function updates(client: pg.Client): Promise<{ all: number; hot: number }> {
   const { rows } = await client.query<{ all: string; hot: string }>(
@@ -133,6 +127,13 @@ async function updates(client: pg.Client): Promise<{ all: number; hot: number }>
   );
   return { all: Number(rows[0]?.all ?? 0), hot: Number(rows[0]?.hot ?? 0) };
 }
+
+const began = new Date();
+const loadAtStart = loadavg()[0].toFixed(2);
+const stamp = began
+  .toISOString()
+  .slice(0, 16)
+  .replace(/[:T]/g, (c) => (c === 'T' ? '-' : ''));
 
 const postgres = await startBenchPostgres();
 let dir: string | undefined;
