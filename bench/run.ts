@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { cpus, loadavg } from 'node:os';
+import { loadavg } from 'node:os';
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
 import { join } from 'node:path';
@@ -11,6 +11,7 @@ import { renderMarkdown, renderPathsSummary, renderReadmeSummary } from './repor
 import { runAdapter } from './run-adapter.js';
 import { checkoutBaseline, type BaselineCheckout } from './support/baseline-checkout.js';
 import { startBenchPostgres } from './support/bench-postgres.js';
+import { cpuDescription, resultStamp } from './support/run-identity.js';
 
 /**
  * `npm run bench`: starts PostgreSQL, then per adapter a bench server in its own process, and
@@ -28,10 +29,7 @@ const PATHS = { start: '<!-- paths:start -->', end: '<!-- paths:end -->' };
 
 const options = parseBenchOptions(process.argv.slice(2));
 const began = Date.now();
-const stamp = new Date()
-  .toISOString()
-  .slice(0, 16)
-  .replace(/[:T]/g, (c) => (c === 'T' ? '-' : ''));
+const stamp = resultStamp();
 // Before PostgreSQL starts: a ref that does not exist or does not compile fails the run at once.
 const baseline = options.baseline ? checkoutBaseline(options.baseline, REPO_DIR) : undefined;
 if (baseline) {
@@ -59,7 +57,7 @@ const adapters: AdapterResult[] = [];
 try {
   const environment = {
     node: process.version,
-    cpu: `${cpus().length}× ${cpus()[0]?.model.trim() ?? 'unknown'}`,
+    cpu: cpuDescription(),
     'load average at start': loadavg()[0].toFixed(2),
     database: postgres.description,
     pg_stat_statements: postgres.statementStats ? 'on' : 'off',

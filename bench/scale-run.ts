@@ -1,4 +1,4 @@
-import { cpus, loadavg } from 'node:os';
+import { loadavg } from 'node:os';
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
 import { join } from 'node:path';
@@ -25,6 +25,7 @@ import {
 } from './scale/scale-report.js';
 import { describeVersions, fillVersionsTable, versionTimedStatements } from './scale/versions.js';
 import { startBenchPostgres } from './support/bench-postgres.js';
+import { cpuDescription, resultStamp } from './support/run-identity.js';
 
 /**
  * `npm run bench:scale`: fills the claims table to `--rows` (default 10M) rows shaped like 35 days
@@ -42,7 +43,7 @@ const began = performance.now();
 const log = (message: string) =>
   console.log(`[scale ${((performance.now() - began) / 1000).toFixed(1).padStart(6)} s] ${message}`);
 const startedAt = new Date().toISOString();
-const stamp = startedAt.slice(0, 16).replace(/[:T]/g, (c) => (c === 'T' ? '-' : ''));
+const stamp = resultStamp(new Date(startedAt));
 const name =
   `${stamp}-scale-${shortCount(options.rows)}` +
   (options.expiredGiven ? `-expired-${options.expired.map(shortCount).join('-')}` : '');
@@ -59,7 +60,7 @@ try {
     (await client!.query(`SELECT current_setting($1) AS value`, [name])).rows[0].value as string;
   const environment = {
     node: process.version,
-    cpu: `${cpus().length}× ${cpus()[0]?.model.trim() ?? 'unknown'}`,
+    cpu: cpuDescription(),
     'load average at start': loadavg()[0].toFixed(2),
     database: postgres.description,
     shared_buffers: await setting('shared_buffers'),

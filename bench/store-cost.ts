@@ -1,6 +1,6 @@
 import { spawn } from 'node:child_process';
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
-import { cpus, loadavg, tmpdir } from 'node:os';
+import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
@@ -12,6 +12,7 @@ import { spread } from './load/percentiles.js';
 import { BENCH_SCHEMA } from './server/hand-written.sql.js';
 import { startBenchPostgres } from './support/bench-postgres.js';
 import { DatabaseCpu } from './support/database-cpu.js';
+import { cpuDescription, resultStamp } from './support/run-identity.js';
 
 /**
  * `npm run bench:store-cost`: what storing a request-mode response costs PostgreSQL on its own,
@@ -130,10 +131,7 @@ async function updates(client: pg.Client): Promise<{ all: number; hot: number }>
 
 const began = new Date();
 const loadAtStart = loadavg()[0].toFixed(2);
-const stamp = began
-  .toISOString()
-  .slice(0, 16)
-  .replace(/[:T]/g, (c) => (c === 'T' ? '-' : ''));
+const stamp = resultStamp(began);
 
 const postgres = await startBenchPostgres();
 let dir: string | undefined;
@@ -198,7 +196,7 @@ try {
   const result = {
     startedAt: began.toISOString(),
     environment: {
-      cpu: `${cpus().length}× ${cpus()[0]?.model.trim() ?? 'unknown'}`,
+      cpu: cpuDescription(),
       loadAverageAtStart: loadAtStart,
       postgres: postgres.description,
     },

@@ -15,7 +15,7 @@
 import { fork, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdir, writeFile } from 'node:fs/promises';
-import { cpus, loadavg } from 'node:os';
+import { loadavg } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
@@ -27,6 +27,7 @@ import { eventIds, stripeEventBody } from '../load/stripe-event.js';
 import { createBenchDatabase, startBenchPostgres } from '../support/bench-postgres.js';
 import type { Variant } from '../variants.js';
 import { SlowDownstream } from './slow-downstream.js';
+import { cpuDescription, resultStamp } from '../support/run-identity.js';
 
 const RESULTS_DIR = fileURLToPath(new URL('../../../bench/results/', import.meta.url));
 const SERVER_ENTRY = fileURLToPath(new URL('./handoff-server.js', import.meta.url));
@@ -130,10 +131,7 @@ const median = (values: number[]) => {
   return round(sorted.length % 2 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2, 3);
 };
 
-const stamp = new Date()
-  .toISOString()
-  .slice(0, 16)
-  .replace(/[:T]/g, (c) => (c === 'T' ? '-' : ''));
+const stamp = resultStamp();
 const name = `${stamp}-handoff${quick ? '-quick' : ''}`;
 const runTag = randomBytes(3).toString('hex');
 await mkdir(RESULTS_DIR, { recursive: true });
@@ -144,7 +142,7 @@ const processes: BenchProcess[] = [];
 try {
   const environment = {
     node: process.version,
-    cpu: `${cpus().length}× ${cpus()[0]?.model.trim() ?? 'unknown'}`,
+    cpu: cpuDescription(),
     'load average at start': loadavg()[0].toFixed(2),
     database: postgres.description,
   };
