@@ -25,6 +25,12 @@ export interface ClaimCheck {
   readonly fingerprint: string | null;
   /** True when a conflicting delivery runs nothing (`'refuse'`). */
   readonly refuse: boolean;
+  /**
+   * True when the delivery stores its response with its claim (request mode). In transaction mode
+   * its claim's row is then written by the COMMIT, with the response, in one insert
+   * (ClaimStatements.claimAtCommit). Default false.
+   */
+  readonly storesResponse?: boolean;
 }
 
 /**

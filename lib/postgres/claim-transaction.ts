@@ -64,8 +64,11 @@ export class CommitRolledBackError extends Error {
  */
 const preparedConnections = processWide('prepared-connections', () => new WeakMap<PoolClient, Set<string>>());
 
-/** The claim's answer when nothing was inserted needs at most a reclaim and a re-read to settle. */
-const MAX_SETTLE_ROUNDS = 3;
+/**
+ * The claim's answer when nothing was inserted needs at most a reclaim and a re-read to settle
+ * (and, claimed at commit, a wait for the key's lock before them).
+ */
+const MAX_SETTLE_ROUNDS = 4;
 
 /** The row the transaction claim answers with (see ClaimStatements.transactionClaim). */
 interface ClaimRow {
@@ -75,6 +78,8 @@ interface ClaimRow {
   /** Key checks only (claimStatements' `checked`): the claim's fingerprint and stored response. */
   fingerprint?: string | null;
   response?: StoredResponse | null;
+  /** The claim at commit's only (ClaimStatements.claimAtCommit): whether it took the key's lock. */
+  locked?: boolean;
 }
 
 /**
@@ -190,6 +195,23 @@ export class DeferredWriteMissingError extends Error {
 }
 
 /**
+ * The claim made at the COMMIT (ClaimStatements.claimAtCommitInsert) found the key's row written
+ * since its claim read none: by a writer that takes no lock (a claim of the other mode, a failure
+ * record, an older release), or committed between the claim's snapshot and its lock. The COMMIT
+ * did not run and nothing was written; the delivery runs again from its claim, which now sees the
+ * row (a replay, or a failed claim taken back).
+ */
+export class ClaimTakenError extends Error {
+  constructor() {
+    super('the claim made at the COMMIT found its row written meanwhile; nothing was written');
+    this.name = 'ClaimTakenError';
+  }
+}
+
+/** mustWrite's message of the claim at commit: no row inserted becomes ClaimTakenError. */
+const CLAIM_TAKEN = 'idempotency: the claim at commit found its row taken';
+
+/**
  * A statement sent with the COMMIT met a server connection whose prepared state was not what this
  * process believed (26000, 42P05: a transaction-mode pooler, DEALLOCATE ALL): nothing was written,
  * the belief is corrected, and the whole transaction may run again, as after a serialization
@@ -224,6 +246,12 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
   private signals?: AbortController;
   /** Savepoints taken so far, for their names. */
   private savepoints = 0;
+  /**
+   * A claim made at the COMMIT (beginAndClaim's `atCommit`): the values of its row, written by
+   * the COMMIT's query with the response (recordResponse), undefined once sent or when the claim
+   * has its row already.
+   */
+  private pendingClaim?: { values: ClaimValues; response: StoredResponse | null };
   /** release() was called: the runner's release from then on is ours, not a lost connection's. */
   private released = false;
   /**
@@ -320,22 +348,32 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
    * Begins the transaction on `client` (from connect(), now this transaction's and its runner's)
    * and claims (scope, key, source) with the given lock_timeout, and says what the claim found.
    * With `variant`, that statement claims in the claim's place (and does more: the ordering
-   * guard). On an error the transaction may be open: roll back.
+   * guard). With `atCommit` (a delivery that stores its response, on the checked statements), the
+   * claim's row is written by the COMMIT, with the response (ClaimStatements.claimAtCommit):
+   * except where TypeORM must hear of the transaction's start, or a snapshot that lasts the whole
+   * transaction would hide the row a wait was for (an isolation level above READ COMMITTED). On
+   * an error the transaction may be open: roll back.
    */
   beginAndClaim(
     client: PoolClient,
     values: ClaimValues,
     check?: ClaimCheck,
     variant?: ClaimVariant,
+    atCommit = false,
   ): Promise<ClaimFound> {
     this.client = client;
     listenForErrors(client);
-    const { isolationLevel, subscribed } = this.options;
+    const { isolationLevel, subscribed, statements } = this.options;
     const unknownLevel = isolationLevel !== undefined && !ISOLATION_LEVELS.has(isolationLevel);
     if (subscribed || unknownLevel) return this.beginAndClaimThroughRunner(client, values, check, variant);
     this.adopt();
     const begin = isolationLevel ? `BEGIN ISOLATION LEVEL ${isolationLevel}` : 'BEGIN';
-    return this.claimAfter(client, begin, 'ROLLBACK', values, check, variant);
+    const claimsAtCommit =
+      atCommit &&
+      variant === undefined &&
+      statements.claimAtCommit !== undefined &&
+      (isolationLevel === undefined || isolationLevel === 'READ COMMITTED');
+    return this.claimAfter(client, begin, 'ROLLBACK', values, check, variant, claimsAtCommit);
   }
 
   /**
@@ -417,23 +455,44 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
     values: ClaimValues,
     check?: ClaimCheck,
     variant?: ClaimVariant,
+    atCommit = false,
   ): Promise<ClaimFound> {
     const { statements } = this.options;
-    const claim = variant?.statement ?? statements.transactionClaim;
+    const claim = this.claimStatement(variant, atCommit);
     const literals = claimLiterals(client, values, variant);
     const how = this.howToSend(client, claim.name, 1);
     return sendQuery(client, claimAfterSql(statements, head, literals, how, claim, variant?.types)).then(
       (answer) => {
         const row = this.claimAnswered(client, answer, how, claim.name, variant);
-        return settledAtOnce(row, check) ?? this.settle(client, row, values, check);
+        return this.settledAtOnce(row, values, check) ?? this.settle(client, row, values, check);
       },
       async (error: unknown) => {
         this.claimRoundFailed(client, error, how, claim.name, 1);
         await client.query(undo);
-        const row = await this.claimRow(client, head, undo, values, variant, 2);
+        const row = await this.claimRow(client, head, undo, values, variant, 2, atCommit);
         return this.settle(client, row, values, check);
       },
     );
+  }
+
+  /** The statement a claim is sent as: the variant's, the claim at commit, or the transaction claim. */
+  private claimStatement(variant: ClaimVariant | undefined, atCommit: boolean): ClaimStatement {
+    const { statements } = this.options;
+    return variant?.statement ?? (atCommit ? statements.claimAtCommit! : statements.transactionClaim);
+  }
+
+  /**
+   * What a claim's first row means when it needs no statement more: inserted (ours), claimed at
+   * commit (ours, its row to be written by the COMMIT), or done. The first round of settle(),
+   * without its promise; undefined for every other row.
+   */
+  private settledAtOnce(row: ClaimRow, values: ClaimValues, check?: ClaimCheck): ClaimFound | undefined {
+    if (row.claimed) {
+      if (row.locked) this.pendingClaim = { values, response: null };
+      return FIRST_CLAIM;
+    }
+    if (row.status !== 'done') return undefined;
+    return check ? { kind: 'done', fingerprint: row.fingerprint, response: row.response } : DONE;
   }
 
   /** How round `round` of a claim sends it: inlined, EXECUTE, or PREPARE and EXECUTE. */
@@ -494,9 +553,10 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
     values: ClaimValues,
     variant?: ClaimVariant,
     round = 1,
+    atCommit = false,
   ): Promise<ClaimRow> {
     const { statements } = this.options;
-    const claim = variant?.statement ?? statements.transactionClaim;
+    const claim = this.claimStatement(variant, atCommit);
     const literals = claimLiterals(client, values, variant);
     for (; ; round++) {
       const how = this.howToSend(client, claim.name, round);
@@ -532,6 +592,20 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
     const fingerprint = values.length > 4 ? [values[4]] : [];
     let row = first;
     for (let round = 1; round <= MAX_SETTLE_ROUNDS; round++) {
+      // The claim at commit: the key's lock taken and no row (at once, or after the wait below).
+      if (row.claimed && row.locked) {
+        this.pendingClaim = { values, response: null };
+        return FIRST_CLAIM;
+      }
+      if (row.locked === false && row.status === null) {
+        // Another delivery holds the key and has not committed: wait for it as for a claim's row
+        // lock (lock_timeout, 55P03 when it runs out), then read the claim again.
+        const wait = [scope, key, lockTimeout, first.previous];
+        await client.query(claimQuery(statements.claimAtCommitWait!, wait, false));
+        row = (await client.query(claimQuery(statements.claimAtCommit!, [scope, key], false)))
+          .rows[0] as ClaimRow;
+        continue;
+      }
       if (row.claimed) {
         // Claimed by a statement sent again: its RETURNING restored the bound it found, which
         // is the duplicate wait's, not the transaction's own.
@@ -608,6 +682,14 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
    */
   commit(lose = false): Promise<CommitOutcome> {
     if (lose) return this.loseCommit();
+    const pending = this.pendingClaim;
+    if (pending) {
+      // The claim at commit's row, with its response, in the COMMIT's own query.
+      this.pendingClaim = undefined;
+      const [scope, key, source, , fingerprint = null] = pending.values;
+      const values = [scope, key, source, fingerprint, pending.response];
+      this.beforeCommit(this.options.statements.claimAtCommitInsert!.text, values, CLAIM_TAKEN);
+    }
     const client = this.client;
     if (client && this.transactionActive && !this.options.subscribed && !this.deferred) {
       // The plain COMMIT, answered in one `.then` on its query: an async function awaiting end()
@@ -634,6 +716,7 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
   /** commit() with `lose`: the transaction rolled back and its answer lost, as for a crash. */
   private async loseCommit(): Promise<CommitOutcome> {
     this.deferred = undefined;
+    this.pendingClaim = undefined;
     this.committed = undefined;
     await this.rollbackQuietly();
     const error = new Error('Connection terminated before the COMMIT (crashBeforeCommit)');
@@ -644,7 +727,13 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
   private async commitFailed(error: unknown): Promise<CommitOutcome> {
     if (error instanceof CommitRolledBackError) return { kind: 'rolled_back', error };
     await this.rollbackQuietly();
-    if (isRetryable(error) || error instanceof DeferredStatementMissError) return { kind: 'retry', error };
+    if (
+      isRetryable(error) ||
+      error instanceof DeferredStatementMissError ||
+      error instanceof ClaimTakenError
+    ) {
+      return { kind: 'retry', error };
+    }
     if (isDataError(error)) return { kind: 'refused', error };
     return { kind: 'unknown', error };
   }
@@ -739,7 +828,13 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
   recordResponse(scope: string, key: string, response: StoredResponse): void {
     const statement = this.options.statements.storeResponse;
     if (!statement) return;
-    this.beforeCommit(statement.text, [scope, key, response]);
+    if (this.pendingClaim) {
+      // Claimed at commit: the response goes into the claim's own insert (commit()).
+      this.openClient();
+      this.pendingClaim.response = response;
+    } else {
+      this.beforeCommit(statement.text, [scope, key, response]);
+    }
     this.recordedResponse = response;
   }
 
@@ -844,6 +939,7 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
         errorCode(error) === INVALID_TEXT_REPRESENTATION
           ? this.mustWrite?.find((message) => (error as Error).message.includes(message))
           : undefined;
+      if (missing === CLAIM_TAKEN) throw new ClaimTakenError();
       throw missing ? new DeferredWriteMissingError(missing) : error;
     }
     this.forget();
@@ -900,14 +996,4 @@ function remember(client: PoolClient, name: string, prepared: boolean): void {
 function claimLiterals(client: PoolClient, values: ClaimValues, variant?: ClaimVariant): string[] {
   const given = variant ? [...values, ...variant.values] : values;
   return given.map((value) => (value === null ? 'NULL' : client.escapeLiteral(value)));
-}
-
-/**
- * What a claim's first row means when it needs no statement more: inserted (ours), or done. The
- * first round of settle(), without its promise; undefined for every other row.
- */
-function settledAtOnce(row: ClaimRow, check?: ClaimCheck): ClaimFound | undefined {
-  if (row.claimed) return FIRST_CLAIM;
-  if (row.status !== 'done') return undefined;
-  return check ? { kind: 'done', fingerprint: row.fingerprint, response: row.response } : DONE;
 }

@@ -111,6 +111,36 @@ export interface ClaimStatements {
    * COMMIT (sent with it, see TransactionExecutor.beforeCommit). $1 scope, $2 key, $3 response.
    */
   readonly storeResponse?: ClaimStatement;
+  /**
+   * Key checks only: the claim of a delivery that stores its response (request mode), made at its
+   * COMMIT (see ClaimTransaction.beginAndClaim). In place of the transaction claim, it takes a
+   * transaction-scoped advisory lock on the key without waiting and reads the claim row. Locked
+   * and no row: the key is this delivery's, and `claimAtCommitInsert`, sent with the COMMIT, writes
+   * its row and response in one insert (where the claim and `storeResponse` write it twice: one
+   * UPDATE less per request, see bench/README). Not locked and no row: another delivery holds it
+   * and has not committed (`claimAtCommitWait`). A row: as the transaction claim's answer. Every
+   * other writer of the row (a claim of the other mode, a failure record, an older release) goes
+   * on through the unique index: the insert at COMMIT meets its row and the delivery is retried.
+   * Answers the transaction claim's columns, and `locked`. It sets `synchronous_commit` as the
+   * transaction claim does (DURABLE_COMMIT). $1 scope, $2 key (and the claim's other values,
+   * unused).
+   */
+  readonly claimAtCommit?: ClaimStatement;
+  /**
+   * After `claimAtCommit` found the key locked and no row: waits for the lock under lock_timeout
+   * (55P03 when it runs out: in flight), then restores the transaction's own. The claim is read
+   * again after it, in a statement of its own, whose snapshot sees what the holder committed.
+   * $1 scope, $2 key, $3 lock_timeout, $4 the lock_timeout to restore.
+   */
+  readonly claimAtCommitWait?: ClaimStatement;
+  /**
+   * The claim row of `claimAtCommit`, done, with the delivery's fingerprint and response, sent
+   * with the COMMIT. A row already there (written by a delivery that took no lock, or committed
+   * between the claim's snapshot and its lock) is not overwritten: it returns no row, the COMMIT
+   * does not run, and the delivery runs again from its claim (ClaimTakenError).
+   * $1 scope, $2 key, $3 source, $4 fingerprint, $5 response.
+   */
+  readonly claimAtCommitInsert?: ClaimStatement;
 }
 
 /**
@@ -292,7 +322,54 @@ WHERE scope = $1 AND event_key = $2 AND status = 'in_progress'`,
         'store_response',
         `UPDATE ${t} SET response = $3 WHERE scope = $1 AND event_key = $2`,
       ),
+      ...claimAtCommitStatements(t, named),
     }),
+  };
+}
+
+/**
+ * The advisory lock of a key claimed at its COMMIT: the two-int form, whose locks never meet the
+ * one-bigint form's (pg-boss's, most applications'); the first int names the table, the second is
+ * the key's hash. Two keys that share a hash only wait for each other.
+ */
+function keyLock(table: string): string {
+  const space = createHash('sha256').update(`idempotency claim at commit ${table}`).digest().readInt32BE(0);
+  return `${space}, hashtext($1 || chr(10) || $2)`;
+}
+
+/** claimAtCommit and its two companions (see ClaimStatements). */
+function claimAtCommitStatements(
+  t: string,
+  named: (role: string, text: string) => ClaimStatement,
+): Pick<ClaimStatements, 'claimAtCommit' | 'claimAtCommitWait' | 'claimAtCommitInsert'> {
+  return {
+    claimAtCommit: named(
+      'claim_at_commit',
+      `
+WITH bound AS (
+  SELECT current_setting('lock_timeout') AS previous, ${DURABLE_COMMIT} AS durable,
+         pg_try_advisory_xact_lock(${keyLock(t)}) AS locked
+)
+SELECT bound.locked AND found.status IS NULL AS claimed, bound.locked, found.status, found.fingerprint,
+       found.response, bound.previous
+FROM bound
+LEFT JOIN ${t} AS found ON found.scope = $1 AND found.event_key = $2`,
+    ),
+    claimAtCommitWait: named(
+      'claim_at_commit_wait',
+      `
+WITH bound AS (SELECT set_config('lock_timeout', $3, true) AS applied),
+locked AS (SELECT pg_advisory_xact_lock(${keyLock(t)}) AS taken FROM bound)
+SELECT set_config('lock_timeout', $4, true) AS lock_timeout FROM locked`,
+    ),
+    claimAtCommitInsert: named(
+      'claim_at_commit_insert',
+      `
+INSERT INTO ${t} (scope, event_key, source, status, completed_at, fingerprint, response)
+VALUES ($1, $2, $3, 'done', now(), $4, $5)
+ON CONFLICT (scope, event_key) DO NOTHING
+RETURNING 1`,
+    ),
   };
 }
 

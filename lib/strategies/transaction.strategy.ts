@@ -186,7 +186,13 @@ export class TransactionStrategy implements ClaimStrategy {
           let found: ClaimFound;
           try {
             // Two awaits, the pool's and the claim's, and no async layer between them and the wire.
-            found = await transaction.beginAndClaim(await transaction.connect(), values, check, ordered);
+            found = await transaction.beginAndClaim(
+              await transaction.connect(),
+              values,
+              check,
+              ordered,
+              check?.storesResponse,
+            );
           } catch (error) {
             await transaction.rollbackQuietly();
             // Another delivery (at another replica) held the claim past concurrentDuplicateWaitMs.

@@ -87,7 +87,11 @@ export class IdempotencyInterceptor implements NestInterceptor {
         }
         if (key !== undefined && meta.checks) {
           const fingerprint = meta.fingerprint ? fingerprintOf(meta.fingerprint, args) : null;
-          check = { fingerprint, refuse: meta.checks.conflicts === 'refuse' };
+          check = {
+            fingerprint,
+            refuse: meta.checks.conflicts === 'refuse',
+            storesResponse: meta.request !== undefined,
+          };
           // A webhook's key that changes between copies (request keys are the client's own).
           if (!meta.request) this.findings.observe(meta.scope, key, fingerprint);
         }

@@ -1,0 +1,249 @@
+import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
+import request from 'supertest';
+import { IdempotencyKeyFixtureController } from '../fixtures/idempotency-key.fixture.js';
+import { Gates, WebhookFixtureModule } from '../fixtures/webhook-fixture.module.js';
+import { startApp, type RunningApp } from '../support/app.js';
+import { createTestDatabase, lockWaiters, type TestDatabase } from '../support/database.js';
+import { pgBouncerPerFile, ROUTES, routeUrl } from '../support/database-routes.js';
+import { waitUntil, within } from '../support/wait-until.js';
+
+/** How long replica A's duplicates wait for the first request before their 409. */
+const SHORT_WAIT_MS = 200;
+/** Replica B's: long enough to see the first request commit while it waits. */
+const LONG_WAIT_MS = 10_000;
+/** No request of this file may take longer; a hang fails with the request named. */
+const ANSWER_MS = 20_000;
+/** The stress test's keys, copies of each, and requests in flight at once. */
+const KEYS = 40;
+const COPIES = 3;
+const IN_FLIGHT = 24;
+
+/**
+ * The request mode's claim across replicas: a request-mode delivery in transaction mode writes
+ * its claim row at its COMMIT, with its response (ClaimStatements.claimAtCommit), and holds the
+ * key meanwhile with an advisory lock. Two apps (two replicas, each its own pool) on one
+ * database, straight and through PgBouncer in transaction mode; each test asserts the effect
+ * (order rows, claim rows), not only the status. On one platform: the claim is the database's,
+ * and the conformance suite runs both platforms.
+ */
+describe.each(ROUTES)('Idempotency-Key across replicas (%s)', (route) => {
+  const pooler = pgBouncerPerFile({ poolSize: 6 });
+  let db: TestDatabase;
+  let a: RunningApp;
+  let b: RunningApp;
+
+  const replica = (waitMs: number) =>
+    startApp(
+      'express',
+      [
+        WebhookFixtureModule.forDatabase({
+          databaseUrl: routeUrl(route, db, pooler),
+          idempotency: { concurrentDuplicateWaitMs: waitMs },
+          controllers: [IdempotencyKeyFixtureController],
+        }),
+      ],
+      { rawBody: true },
+    );
+
+  beforeAll(async () => {
+    db = await createTestDatabase();
+    a = await replica(SHORT_WAIT_MS);
+    b = await replica(LONG_WAIT_MS);
+  });
+
+  afterEach(() => {
+    a?.app.get(Gates).openAll();
+    b?.app.get(Gates).openAll();
+  });
+
+  afterAll(async () => {
+    await a?.close();
+    await b?.close();
+    await db?.drop();
+  });
+
+  const pay = (app: RunningApp, key: string, body: object) =>
+    within(
+      request(app.url)
+        .post('/api/payments')
+        .set('X-User', 'user_a')
+        .set('Idempotency-Key', `"${key}"`)
+        .send(body),
+      ANSWER_MS,
+      `the answer to key ${key}`,
+    );
+  const orders = (id: string) => db.count('SELECT count(*) FROM orders WHERE event_id = $1', [id]);
+  const claim = async (key: string) =>
+    (
+      await db.pool.query(`SELECT scope, status, response FROM processed_events WHERE event_key = $1`, [
+        `user_a:${key}`,
+      ])
+    ).rows;
+  /** Advisory locks on the database, `granted` or waited for. */
+  const advisoryLocks = (granted: boolean) =>
+    db.count(
+      `SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database
+       WHERE l.locktype = 'advisory' AND l.granted = $1 AND d.datname = $2`,
+      [granted, db.name],
+    );
+  /** Sessions holding a write lock on the claims table: a claim row inserted and not committed. */
+  const claimWriters = () =>
+    db.count(
+      `SELECT count(*) FROM pg_locks
+       WHERE database = (SELECT oid FROM pg_database WHERE datname = current_database())
+         AND relation = 'processed_events'::regclass AND mode = 'RowExclusiveLock' AND pid <> pg_backend_pid()`,
+    );
+
+  it('holds the key with a lock while the first runs and writes its claim row, with the response, at the COMMIT', async () => {
+    const id = `ord_locked_${route}`;
+    const key = `8e03978e-locked-${route}`;
+    const first = pay(a, key, { id, block: true });
+    await a.app.get(Gates).entered(id);
+    expect(await advisoryLocks(true)).toBe(1);
+    expect(await claimWriters()).toBe(0);
+    a.app.get(Gates).open(id);
+    const answer = await first;
+    expect(answer.status).toBe(201);
+    expect(await advisoryLocks(true)).toBe(0);
+    expect(await claim(key)).toEqual([
+      expect.objectContaining({
+        status: 'done',
+        response: expect.objectContaining({ status: 201, body: answer.body }),
+      }),
+    ]);
+    expect(await orders(id)).toBe(1);
+  });
+
+  it('a retry at another replica waits on the lock, then replays what the first committed meanwhile', async () => {
+    const id = `ord_waited_${route}`;
+    const key = `8e03978e-waited-${route}`;
+    const first = pay(a, key, { id, block: true });
+    await a.app.get(Gates).entered(id);
+    const retry = pay(b, key, { id, block: true });
+    await waitUntil(async () => (await advisoryLocks(false)) === 1, 'replica B waiting on the key');
+    expect(await lockWaiters(db)).toBe(1);
+    a.app.get(Gates).open(id);
+    const [firstAnswer, retryAnswer] = await Promise.all([first, retry]);
+    expect(firstAnswer.status).toBe(201);
+    expect(retryAnswer.status).toBe(201);
+    expect(retryAnswer.headers['idempotent-replayed']).toBe('true');
+    expect(retryAnswer.body).toEqual(firstAnswer.body);
+    expect(retryAnswer.headers.location).toBe(firstAnswer.headers.location);
+    expect(await orders(id)).toBe(1);
+    expect(await claim(key)).toHaveLength(1);
+  });
+
+  it('a retry at another replica that outwaits its bound is 409, runs nothing, and replays once the first is done', async () => {
+    const id = `ord_outwaited_${route}`;
+    const key = `8e03978e-outwaited-${route}`;
+    const first = pay(b, key, { id, block: true });
+    await b.app.get(Gates).entered(id);
+    const retry = await pay(a, key, { id, block: true });
+    expect(retry.status).toBe(409);
+    expect(Number(retry.headers['retry-after'])).toBeGreaterThanOrEqual(1);
+    b.app.get(Gates).open(id);
+    expect((await first).status).toBe(201);
+    const later = await pay(a, key, { id, block: true });
+    expect(later.status).toBe(201);
+    expect(later.headers['idempotent-replayed']).toBe('true');
+    expect(await orders(id)).toBe(1);
+  });
+
+  it('a claim row another writer commits while the request runs wins: its writes roll back and it answers from that row', async () => {
+    const id = `ord_taken_${route}`;
+    const key = `8e03978e-taken-${route}`;
+    // The route's scope, from a request of its own.
+    const probe = `8e03978e-probe-${route}`;
+    expect((await pay(a, probe, { id: `${id}_probe` })).status).toBe(201);
+    const [{ scope }] = await claim(probe);
+
+    const first = pay(a, key, { id, block: true });
+    await a.app.get(Gates).entered(id);
+    // A writer that takes no lock (a release that claims first, a claim of the other mode):
+    // its claim row, uncommitted, then committed once the request's COMMIT waits on it.
+    const other = await db.pool.connect();
+    try {
+      await other.query('BEGIN');
+      await other.query(
+        `INSERT INTO processed_events (scope, event_key, source, status, completed_at, response)
+         VALUES ($1, $2, 'api', 'done', now(), $3)`,
+        [
+          scope,
+          `user_a:${key}`,
+          { status: 201, headers: { location: '/api/payments/other' }, body: { id: 'other' } },
+        ],
+      );
+      a.app.get(Gates).open(id);
+      await waitUntil(
+        async () => (await lockWaiters(db)) === 1,
+        "the request's COMMIT waiting on the other claim",
+      );
+      await other.query('COMMIT');
+    } finally {
+      other.release();
+    }
+    const answer = await first;
+    expect(answer.status).toBe(201);
+    expect(answer.headers['idempotent-replayed']).toBe('true');
+    expect(answer.body).toEqual({ id: 'other' });
+    expect(answer.headers.location).toBe('/api/payments/other');
+    expect(await orders(id)).toBe(0);
+    expect(await claim(key)).toMatchObject([{ status: 'done', response: { body: { id: 'other' } } }]);
+  });
+
+  it(`${KEYS} keys sent ${COPIES} times each, spread over both replicas, ${IN_FLIGHT} in flight: each runs once, every copy answers its response or 409`, async () => {
+    const sends: { key: string; id: string; app: RunningApp }[] = [];
+    for (let copy = 0; copy < COPIES; copy++) {
+      for (let n = 0; n < KEYS; n++) {
+        const key = `8e03978e-stress-${route}-${n}`;
+        sends.push({ key, id: `ord_stress_${route}_${n}`, app: (n + copy) % 2 === 0 ? a : b });
+      }
+    }
+    const answers: { key: string; status: number; replayed: boolean; body: unknown }[] = [];
+    let next = 0;
+    const sender = async () => {
+      while (next < sends.length) {
+        const { key, id, app } = sends[next++];
+        const answer = await pay(app, key, { id, amount: 7 });
+        answers.push({
+          key,
+          status: answer.status,
+          replayed: answer.headers['idempotent-replayed'] === 'true',
+          body: answer.body,
+        });
+      }
+    };
+    await Promise.all(Array.from({ length: IN_FLIGHT }, sender));
+
+    expect(answers.filter((answer) => answer.status !== 201 && answer.status !== 409)).toEqual([]);
+    const firsts = new Map<string, unknown>();
+    for (const answer of answers) {
+      if (answer.status !== 201 || answer.replayed) continue;
+      expect(firsts.has(answer.key)).toBe(false);
+      firsts.set(answer.key, answer.body);
+    }
+    // Every key again, now that none runs: each replays the one response its first stored.
+    for (let n = 0; n < KEYS; n++) {
+      const key = `8e03978e-stress-${route}-${n}`;
+      const again = await pay(n % 2 === 0 ? b : a, key, { id: `ord_stress_${route}_${n}`, amount: 7 });
+      expect(again.status).toBe(201);
+      expect(again.headers['idempotent-replayed']).toBe('true');
+      if (firsts.has(key)) expect(again.body).toEqual(firsts.get(key));
+      else firsts.set(key, again.body);
+    }
+    for (const answer of answers) {
+      if (answer.status === 201 && answer.replayed) expect(answer.body).toEqual(firsts.get(answer.key));
+    }
+    const { rows } = await db.pool.query<{ event_id: string; count: string }>(
+      `SELECT event_id, count(*) FROM orders WHERE event_id LIKE $1 GROUP BY event_id`,
+      [`ord\\_stress\\_${route}\\_%`],
+    );
+    expect(rows).toHaveLength(KEYS);
+    expect(rows.filter((row) => row.count !== '1')).toEqual([]);
+    expect(
+      await db.count(`SELECT count(*) FROM processed_events WHERE event_key LIKE $1 AND status = 'done'`, [
+        `user\\_a:8e03978e-stress-${route}-%`,
+      ]),
+    ).toBe(KEYS);
+  }, 120_000);
+});
