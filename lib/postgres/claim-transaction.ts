@@ -199,7 +199,8 @@ export class DeferredWriteMissingError extends Error {
  * since its claim read none: by a writer that takes no lock (a claim of the other mode, a failure
  * record, an older release), or committed between the claim's snapshot and its lock. The COMMIT
  * did not run and nothing was written; the delivery runs again from its claim, which now sees the
- * row (a replay, or a failed claim taken back).
+ * row (a replay, or a failed claim taken back). Thrown too by a claim at commit that waited for the
+ * key under a snapshot that cannot see the holder's commit (above READ COMMITTED): it runs again.
  */
 export class ClaimTakenError extends Error {
   constructor() {
@@ -247,11 +248,11 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
   /** Savepoints taken so far, for their names. */
   private savepoints = 0;
   /**
-   * A claim made at the COMMIT (beginAndClaim's `atCommit`): the values of its row, written by
-   * the COMMIT's query with the response (recordResponse), undefined once sent or when the claim
-   * has its row already.
+   * A claim made at the COMMIT (beginAndClaim's `atCommit`): the values of its row, which the
+   * COMMIT's query inserts, with the response recordResponse() gives it, or none. Undefined once
+   * the insert is collected (beforeCommit), and when the claim has its row already.
    */
-  private pendingClaim?: { values: ClaimValues; response: StoredResponse | null };
+  private pendingClaim?: ClaimValues;
   /** release() was called: the runner's release from then on is ours, not a lost connection's. */
   private released = false;
   /**
@@ -488,7 +489,7 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
    */
   private settledAtOnce(row: ClaimRow, values: ClaimValues, check?: ClaimCheck): ClaimFound | undefined {
     if (row.claimed) {
-      if (row.locked) this.pendingClaim = { values, response: null };
+      if (row.locked) this.pendingClaim = values;
       return FIRST_CLAIM;
     }
     if (row.status !== 'done') return undefined;
@@ -594,14 +595,17 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
     for (let round = 1; round <= MAX_SETTLE_ROUNDS; round++) {
       // The claim at commit: the key's lock taken and no row (at once, or after the wait below).
       if (row.claimed && row.locked) {
-        this.pendingClaim = { values, response: null };
+        this.pendingClaim = values;
         return FIRST_CLAIM;
       }
       if (row.locked === false && row.status === null) {
         // Another delivery holds the key and has not committed: wait for it as for a claim's row
         // lock (lock_timeout, 55P03 when it runs out), then read the claim again.
         const wait = [scope, key, lockTimeout, first.previous];
-        await client.query(claimQuery(statements.claimAtCommitWait!, wait, false));
+        const [waited] = (await client.query(claimQuery(statements.claimAtCommitWait!, wait, false))).rows;
+        // A snapshot taken for the whole transaction (a server, database or role default above
+        // READ COMMITTED) cannot see what the holder committed: the delivery starts again.
+        if (!waited.fresh_snapshots) throw new ClaimTakenError();
         row = (await client.query(claimQuery(statements.claimAtCommit!, [scope, key], false)))
           .rows[0] as ClaimRow;
         continue;
@@ -682,13 +686,14 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
    */
   commit(lose = false): Promise<CommitOutcome> {
     if (lose) return this.loseCommit();
-    const pending = this.pendingClaim;
-    if (pending) {
-      // The claim at commit's row, with its response, in the COMMIT's own query.
-      this.pendingClaim = undefined;
-      const [scope, key, source, , fingerprint = null] = pending.values;
-      const values = [scope, key, source, fingerprint, pending.response];
-      this.beforeCommit(this.options.statements.claimAtCommitInsert!.text, values, CLAIM_TAKEN);
+    if (this.pendingClaim) {
+      // The claim at commit's row, without a response (none was recorded), in the COMMIT's query.
+      try {
+        this.collectPendingClaim(null);
+      } catch (error) {
+        // Nothing was sent: the transaction rolls back, and the delivery fails as its handler would.
+        return this.rollbackQuietly().then(() => ({ kind: 'refused', error }));
+      }
     }
     const client = this.client;
     if (client && this.transactionActive && !this.options.subscribed && !this.deferred) {
@@ -828,14 +833,19 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
   recordResponse(scope: string, key: string, response: StoredResponse): void {
     const statement = this.options.statements.storeResponse;
     if (!statement) return;
-    if (this.pendingClaim) {
-      // Claimed at commit: the response goes into the claim's own insert (commit()).
-      this.openClient();
-      this.pendingClaim.response = response;
-    } else {
-      this.beforeCommit(statement.text, [scope, key, response]);
-    }
+    const pending = this.pendingClaim;
+    // Claimed at commit: the response goes into the claim's own insert; any other claim's row exists.
+    if (pending && pending[0] === scope && pending[1] === key) this.collectPendingClaim(response);
+    else this.beforeCommit(statement.text, [scope, key, response]);
     this.recordedResponse = response;
+  }
+
+  /** Sends the claim at commit's row, with `response`, with the COMMIT (ClaimStatements.claimAtCommitInsert). */
+  private collectPendingClaim(response: StoredResponse | null): void {
+    const [scope, key, source, , fingerprint = null] = this.pendingClaim!;
+    const values = [scope, key, source, fingerprint, response];
+    this.beforeCommit(this.options.statements.claimAtCommitInsert!.text, values, CLAIM_TAKEN);
+    this.pendingClaim = undefined;
   }
 
   /**

@@ -129,7 +129,8 @@ export interface ClaimStatements {
   /**
    * After `claimAtCommit` found the key locked and no row: waits for the lock under lock_timeout
    * (55P03 when it runs out: in flight), then restores the transaction's own. The claim is read
-   * again after it, in a statement of its own, whose snapshot sees what the holder committed.
+   * again after it, in a statement of its own, whose snapshot sees what the holder committed:
+   * `fresh_snapshots` says whether it can (READ COMMITTED: a snapshot per statement).
    * $1 scope, $2 key, $3 lock_timeout, $4 the lock_timeout to restore.
    */
   readonly claimAtCommitWait?: ClaimStatement;
@@ -360,7 +361,9 @@ LEFT JOIN ${t} AS found ON found.scope = $1 AND found.event_key = $2`,
       `
 WITH bound AS (SELECT set_config('lock_timeout', $3, true) AS applied),
 locked AS (SELECT pg_advisory_xact_lock(${keyLock(t)}) AS taken FROM bound)
-SELECT set_config('lock_timeout', $4, true) AS lock_timeout FROM locked`,
+SELECT set_config('lock_timeout', $4, true) AS lock_timeout,
+       current_setting('transaction_isolation') = 'read committed' AS fresh_snapshots
+FROM locked`,
     ),
     claimAtCommitInsert: named(
       'claim_at_commit_insert',

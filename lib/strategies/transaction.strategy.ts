@@ -23,6 +23,7 @@ import { ClaimDatabase } from '../postgres/claim-database.js';
 import { isUsersSubscriber } from '../postgres/outside-write.subscriber.js';
 import { pgPoolOf } from '../postgres/typeorm-internals.js';
 import {
+  ClaimTakenError,
   ClaimTransaction,
   type ClaimFound,
   type ClaimTransactionOptions,
@@ -199,7 +200,8 @@ export class TransactionStrategy implements ClaimStrategy {
             if (errorCode(error) === LOCK_NOT_AVAILABLE) {
               return this.inFlight(spec, key, this.config.concurrentDuplicateWaitMs);
             }
-            if (retriesLeft && isRetryable(error)) continue;
+            // ClaimTakenError: a claim at commit waited under a snapshot too old to see the holder's commit.
+            if (retriesLeft && (isRetryable(error) || error instanceof ClaimTakenError)) continue;
             throw this.unavailable(spec, key, error, claimFailedLog);
           }
           if (found.kind !== 'claimed') {

@@ -247,3 +247,70 @@ describe.each(ROUTES)('Idempotency-Key across replicas (%s)', (route) => {
     ).toBe(KEYS);
   }, 120_000);
 });
+
+/**
+ * A database whose transactions default to REPEATABLE READ (`default_transaction_isolation`, set
+ * where the app cannot see it): a claim at commit that waits for the key cannot read the holder's
+ * commit in its snapshot, so it starts its transaction again, and replays.
+ */
+describe('Idempotency-Key across replicas, REPEATABLE READ by default', () => {
+  let db: TestDatabase;
+  let a: RunningApp;
+  let b: RunningApp;
+
+  beforeAll(async () => {
+    db = await createTestDatabase();
+    await db.pool.query(`ALTER DATABASE ${db.name} SET default_transaction_isolation = 'repeatable read'`);
+    const replica = () =>
+      startApp(
+        'express',
+        [
+          WebhookFixtureModule.forDatabase({
+            databaseUrl: db.url,
+            idempotency: { concurrentDuplicateWaitMs: LONG_WAIT_MS },
+            controllers: [IdempotencyKeyFixtureController],
+          }),
+        ],
+        { rawBody: true },
+      );
+    a = await replica();
+    b = await replica();
+  });
+
+  afterEach(() => {
+    a?.app.get(Gates).openAll();
+    b?.app.get(Gates).openAll();
+  });
+
+  afterAll(async () => {
+    await a?.close();
+    await b?.close();
+    await db?.drop();
+  });
+
+  it('a retry at another replica waits on the lock, starts again and replays what the first committed', async () => {
+    const id = 'ord_repeatable';
+    const key = '8e03978e-repeatable';
+    const send = (app: RunningApp) =>
+      within(
+        request(app.url)
+          .post('/api/payments')
+          .set('X-User', 'user_a')
+          .set('Idempotency-Key', `"${key}"`)
+          .send({ id, block: true }),
+        ANSWER_MS,
+        `the answer at ${app.url}`,
+      );
+    const first = send(a);
+    await a.app.get(Gates).entered(id);
+    const retry = send(b);
+    await waitUntil(async () => (await lockWaiters(db)) === 1, 'replica B waiting on the key');
+    a.app.get(Gates).open(id);
+    const [firstAnswer, retryAnswer] = await Promise.all([first, retry]);
+    expect(firstAnswer.status).toBe(201);
+    expect(retryAnswer.status).toBe(201);
+    expect(retryAnswer.headers['idempotent-replayed']).toBe('true');
+    expect(retryAnswer.body).toEqual(firstAnswer.body);
+    expect(await db.count('SELECT count(*) FROM orders WHERE event_id = $1', [id])).toBe(1);
+  });
+});
