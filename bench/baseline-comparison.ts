@@ -5,16 +5,16 @@ import { round, spread } from './load/percentiles.js';
 import type { BaselinePairResult, BaselineRep, BaselineSide } from './report/bench-result.js';
 import type { BaselineCheckout } from './support/baseline-checkout.js';
 import { ServerProcess } from './support/server-process.js';
-import { HEADLINE_PAIRS, type Pair, type Variant, type Workload } from './variants.js';
+import { BASELINE_PAIRS, type Pair, type Variant, type Workload } from './variants.js';
 
 /** Closed-loop load on one server's route (a fresh id prefix per call). */
 export type LoadFn = (variant: Variant, workload: Workload, durationS: number) => Promise<LoadResult>;
 
-/** The routes the baseline server is measured on: both sides of every headline pair. */
-const BASELINE_VARIANTS: Variant[] = HEADLINE_PAIRS.flatMap((pair) => [pair.lib, pair.raw]);
+/** The routes the baseline server is measured on: both sides of every pair it runs (BASELINE_PAIRS). */
+const BASELINE_VARIANTS: Variant[] = BASELINE_PAIRS.flatMap((pair) => [pair.lib, pair.raw]);
 
 /**
- * Seconds of load per headline route on the baseline server before the repetitions: about what the
+ * Seconds of load per route of BASELINE_PAIRS on the baseline server before the repetitions: about what the
  * current server's routes ran before theirs (the warm-up and the unique-key cell), so neither
  * side is measured colder.
  */
@@ -23,13 +23,13 @@ export function baselineWarmS(options: BenchOptions): number {
 }
 
 /** Whether a pair is measured on both servers. */
-export function isHeadlinePair(pair: Pair): boolean {
-  return HEADLINE_PAIRS.some((headline) => headline.name === pair.name);
+export function isBaselinePair(pair: Pair): boolean {
+  return BASELINE_PAIRS.some((measured) => measured.name === pair.name);
 }
 
 /**
  * Starts the baseline's own bench server (its compiled bench/server/main.js, unmodified) on
- * `databaseUrl`, with the current server's settings, and warms its headline routes. Every warm-up
+ * `databaseUrl`, with the current server's settings, and warms the routes of BASELINE_PAIRS. Every warm-up
  * answer must be 2xx with its order row in the database: a baseline that fails fast would
  * otherwise look fast.
  */
@@ -93,7 +93,7 @@ export async function warmRoutes(
 }
 
 /**
- * One repetition of a headline pair on both servers: current lib, current raw, baseline lib,
+ * One repetition of a pair on both servers: current lib, current raw, baseline lib,
  * baseline raw, the order reversed every other repetition so drift falls on all four; the ratios
  * are taken within the repetition.
  */

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import pg from 'pg';
 import {
   baselinePairResult,
-  isHeadlinePair,
+  isBaselinePair,
   measureBaselineRep,
   startBaselineServer,
   type LoadFn,
@@ -34,6 +34,7 @@ import { DatabaseCpu } from './support/database-cpu.js';
 import { ServerProcess } from './support/server-process.js';
 import { StatementStats } from './support/statement-stats.js';
 import {
+  BASELINE_PAIRS,
   GUARD_PAIRS,
   HEADLINE_PAIRS,
   REFERENCE_PAIRS,
@@ -356,7 +357,7 @@ async function measureCell(
 /**
  * Each pair's sides alternate (lib raw, raw lib, ...) for `reps` repetitions, so drift on a shared
  * machine falls on both; the ratio is taken within each repetition. With `baseline` (the
- * baseline server's load), each headline pair's repetition runs four sides, both servers'.
+ * baseline server's load), each repetition of a pair in BASELINE_PAIRS runs four sides, both servers'.
  */
 async function interleavedRatios(
   options: BenchOptions,
@@ -372,11 +373,11 @@ async function interleavedRatios(
       : [...HEADLINE_PAIRS, ...REQUEST_PAIRS, ...GUARD_PAIRS];
   const reps: Record<string, RatioRep[]> = Object.fromEntries(pairs.map((pair) => [pair.name, []]));
   const baselineReps: Record<string, BaselineRep[]> = Object.fromEntries(
-    HEADLINE_PAIRS.map((pair) => [pair.name, []]),
+    BASELINE_PAIRS.map((pair) => [pair.name, []]),
   );
   for (let rep = 0; rep < options.reps; rep++) {
     for (const pair of pairs) {
-      if (baseline && isHeadlinePair(pair)) {
+      if (baseline && isBaselinePair(pair)) {
         const both = await measureBaselineRep(rep, pair, load, baseline, options.ratioS);
         baselineReps[pair.name].push(both);
         const current = (variant: Variant) =>
@@ -410,7 +411,7 @@ async function interleavedRatios(
         pairs.map((pair) => `${pair.name} ${reps[pair.name].at(-1)!.ratio.toFixed(3)}`).join(', ') +
         (baseline
           ? '; baseline ' +
-            HEADLINE_PAIRS.map((pair) => {
+            BASELINE_PAIRS.map((pair) => {
               const both = baselineReps[pair.name].at(-1)!;
               return `${pair.name} ${both.baseline.toFixed(3)}, ${pair.lib} current/baseline ${both.direct.toFixed(3)}`;
             }).join(', ')
@@ -430,7 +431,7 @@ async function interleavedRatios(
   return {
     ratios,
     baseline: Object.fromEntries(
-      HEADLINE_PAIRS.map((pair) => [pair.name, baselinePairResult(baselineReps[pair.name])]),
+      BASELINE_PAIRS.map((pair) => [pair.name, baselinePairResult(baselineReps[pair.name])]),
     ),
   };
 }

@@ -20,9 +20,11 @@ import { cpuDescription, resultStamp } from './support/run-identity.js';
  * sends each transaction pipelined, in one round trip, so that the variants differ only in what the
  * server executes:
  * - `claim`: BEGIN, the library's checked transaction claim, the order insert, COMMIT (lib-tx's work);
- * - `claim+store`: the same plus the library's `store_response` UPDATE (lib-request's work);
- * - `claim-at-commit`: a design the library does not use, for comparison: an advisory lock and a
- *   read instead of the claim, and the claim row inserted with its response at the end.
+ * - `claim+store`: the same plus the library's `store_response` UPDATE (lib-request's work until the
+ *   claim at commit, and still a request's that takes back a failed claim);
+ * - `claim-at-commit`: lib-request's work: the library's claim at commit (the key's advisory lock and
+ *   a read), the order insert, and the claim row inserted with its response, as the COMMIT's query
+ *   sends it.
  * Interleaved, the order reversed every repetition. Writes bench/results/<date>-store-cost.{md,json}.
  */
 const RESULTS_DIR = fileURLToPath(new URL('../../bench/results/', import.meta.url));
@@ -78,11 +80,11 @@ const SCRIPTS = {
   claim: script([claim, ORDER]),
   'claim+store': script([claim, ORDER, store]),
   'claim-at-commit': script([
-    `SELECT pg_advisory_xact_lock(hashtextextended('store-cost:' || ${KEY}, 0))`,
-    `SELECT status FROM processed_events WHERE scope = 'store-cost' AND event_key = ${KEY}`,
+    inline(statements.claimAtCommit!.text, ["'store-cost'", KEY, "'bench'", "'5000'", "'fp'"]),
     ORDER,
-    `INSERT INTO processed_events (scope, event_key, source, status, completed_at, fingerprint, response)
-VALUES ('store-cost', ${KEY}, 'bench', 'done', now(), 'fp', '${RESPONSE}') ON CONFLICT DO NOTHING`,
+    // Wrapped as ClaimTransaction.beforeCommit() wraps it (`mustWrite`): no row stops the COMMIT.
+    `WITH written AS (${inline(statements.claimAtCommitInsert!.text, ["'store-cost'", KEY, "'bench'", "'fp'", `'${RESPONSE}'`])})
+SELECT (CASE WHEN count(*) = 0 THEN 'taken' END)::int FROM written`,
   ]),
 };
 type Variant = keyof typeof SCRIPTS;

@@ -59,6 +59,13 @@ export const REQUEST_PAIRS = [
 ] as const satisfies readonly Pair[];
 
 /**
+ * The pairs a `--baseline` run measures on both servers: the headline pairs, and the request mode
+ * against its hand-written version, so that a change to the request mode's claim is measured
+ * against the commit before it (current lib-request / baseline lib-request) too.
+ */
+export const BASELINE_PAIRS = [...HEADLINE_PAIRS, REQUEST_PAIRS[1]] as const satisfies readonly Pair[];
+
+/**
  * What the ordering guard costs: the same route's handler with `order` on and off, interleaved
  * like the headline pairs, in quick runs too. Goal: below 10%, and no round trip more.
  */

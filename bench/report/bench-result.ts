@@ -79,7 +79,7 @@ export interface BaselineSide {
   errors: number;
 }
 
-/** One repetition of a headline pair on both servers: four runs, in `sides` order. */
+/** One repetition of a pair on both servers (BASELINE_PAIRS): four runs, in `sides` order. */
 export interface BaselineRep {
   sides: BaselineSide[];
   /** current lib / current raw, baseline lib / baseline raw, current lib / baseline lib, current raw / baseline raw. */
@@ -89,7 +89,7 @@ export interface BaselineRep {
   directRaw: number;
 }
 
-/** A headline pair measured on the current code and on the baseline's, interleaved. */
+/** A pair measured on the current code and on the baseline's, interleaved (BASELINE_PAIRS). */
 export interface BaselinePairResult {
   /** lib/raw in the current server (the same repetitions as the headline ratio). */
   current: Spread;
@@ -112,7 +112,7 @@ export interface BaselineInfo {
   database: 'shared' | 'own';
   /** bench/server or its protocol differ from the current ones (then raw-* are not the same code on both sides). */
   serverChanged: boolean;
-  /** Seconds of load per headline variant on the baseline server before the repetitions. */
+  /** Seconds of load per variant of BASELINE_PAIRS on the baseline server before the repetitions. */
   warmS: number;
 }
 
@@ -211,7 +211,7 @@ export interface AdapterResult {
       >)
     | null;
   serverLog: { lines: number; tail: string[] };
-  /** `--baseline` only: the headline pairs on both servers, by pair name. */
+  /** `--baseline` only: the pairs of BASELINE_PAIRS on both servers, by pair name. */
   baseline?: Record<string, BaselinePairResult>;
   /** `--baseline` only: the baseline server's output (errors and warnings). */
   baselineServerLog?: { lines: number; tail: string[] };
