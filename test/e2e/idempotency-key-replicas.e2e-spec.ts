@@ -18,6 +18,67 @@ const KEYS = 40;
 const COPIES = 3;
 const IN_FLIGHT = 24;
 
+/** Two replicas of the fixture's request-mode API on one database, and what the tests use of them. */
+interface Replicas {
+  db: TestDatabase;
+  a: RunningApp;
+  b: RunningApp;
+}
+
+/**
+ * Starts, for the calling describe, a database (`prepare` runs on it first) and two apps on it
+ * (two replicas, each its own pool), reached through `urlOf`, with `waitsMs` as their
+ * concurrentDuplicateWaitMs; opens every gate after each test and stops them all after the last.
+ */
+function twoReplicas(
+  waitsMs: readonly [number, number],
+  urlOf: (db: TestDatabase) => string = (db) => db.url,
+  prepare?: (db: TestDatabase) => Promise<unknown>,
+): Replicas {
+  const replicas = {} as Replicas;
+  const replica = (waitMs: number) =>
+    startApp(
+      'express',
+      [
+        WebhookFixtureModule.forDatabase({
+          databaseUrl: urlOf(replicas.db),
+          idempotency: { concurrentDuplicateWaitMs: waitMs },
+          controllers: [IdempotencyKeyFixtureController],
+        }),
+      ],
+      { rawBody: true },
+    );
+  beforeAll(async () => {
+    replicas.db = await createTestDatabase();
+    await prepare?.(replicas.db);
+    replicas.a = await replica(waitsMs[0]);
+    replicas.b = await replica(waitsMs[1]);
+  });
+  afterEach(() => {
+    replicas.a?.app.get(Gates).openAll();
+    replicas.b?.app.get(Gates).openAll();
+  });
+  afterAll(async () => {
+    await replicas.a?.close();
+    await replicas.b?.close();
+    await replicas.db?.drop();
+  });
+  return replicas;
+}
+
+/** A request-mode POST of `body` with `key` as user_a, bounded by ANSWER_MS. */
+function pay(app: RunningApp, key: string, body: object) {
+  return within(
+    request(app.url)
+      .post('/api/payments')
+      .set('X-User', 'user_a')
+      .set('Idempotency-Key', `"${key}"`)
+      .send(body),
+    ANSWER_MS,
+    `the answer to key ${key} at ${app.url}`,
+  );
+}
+
 /**
  * The request mode's claim across replicas: a request-mode delivery in transaction mode writes
  * its claim row at its COMMIT, with its response (ClaimStatements.claimAtCommit), and holds the
@@ -28,50 +89,14 @@ const IN_FLIGHT = 24;
  */
 describe.each(ROUTES)('Idempotency-Key across replicas (%s)', (route) => {
   const pooler = pgBouncerPerFile({ poolSize: 6 });
+  const replicas = twoReplicas([SHORT_WAIT_MS, LONG_WAIT_MS], (db) => routeUrl(route, db, pooler));
   let db: TestDatabase;
   let a: RunningApp;
   let b: RunningApp;
-
-  const replica = (waitMs: number) =>
-    startApp(
-      'express',
-      [
-        WebhookFixtureModule.forDatabase({
-          databaseUrl: routeUrl(route, db, pooler),
-          idempotency: { concurrentDuplicateWaitMs: waitMs },
-          controllers: [IdempotencyKeyFixtureController],
-        }),
-      ],
-      { rawBody: true },
-    );
-
-  beforeAll(async () => {
-    db = await createTestDatabase();
-    a = await replica(SHORT_WAIT_MS);
-    b = await replica(LONG_WAIT_MS);
+  beforeAll(() => {
+    ({ db, a, b } = replicas);
   });
 
-  afterEach(() => {
-    a?.app.get(Gates).openAll();
-    b?.app.get(Gates).openAll();
-  });
-
-  afterAll(async () => {
-    await a?.close();
-    await b?.close();
-    await db?.drop();
-  });
-
-  const pay = (app: RunningApp, key: string, body: object) =>
-    within(
-      request(app.url)
-        .post('/api/payments')
-        .set('X-User', 'user_a')
-        .set('Idempotency-Key', `"${key}"`)
-        .send(body),
-      ANSWER_MS,
-      `the answer to key ${key}`,
-    );
   const orders = (id: string) => db.count('SELECT count(*) FROM orders WHERE event_id = $1', [id]);
   const claim = async (key: string) =>
     (
@@ -254,53 +279,15 @@ describe.each(ROUTES)('Idempotency-Key across replicas (%s)', (route) => {
  * commit in its snapshot, so it starts its transaction again, and replays.
  */
 describe('Idempotency-Key across replicas, REPEATABLE READ by default', () => {
-  let db: TestDatabase;
-  let a: RunningApp;
-  let b: RunningApp;
-
-  beforeAll(async () => {
-    db = await createTestDatabase();
-    await db.pool.query(`ALTER DATABASE ${db.name} SET default_transaction_isolation = 'repeatable read'`);
-    const replica = () =>
-      startApp(
-        'express',
-        [
-          WebhookFixtureModule.forDatabase({
-            databaseUrl: db.url,
-            idempotency: { concurrentDuplicateWaitMs: LONG_WAIT_MS },
-            controllers: [IdempotencyKeyFixtureController],
-          }),
-        ],
-        { rawBody: true },
-      );
-    a = await replica();
-    b = await replica();
-  });
-
-  afterEach(() => {
-    a?.app.get(Gates).openAll();
-    b?.app.get(Gates).openAll();
-  });
-
-  afterAll(async () => {
-    await a?.close();
-    await b?.close();
-    await db?.drop();
-  });
+  const replicas = twoReplicas([LONG_WAIT_MS, LONG_WAIT_MS], undefined, (db) =>
+    db.pool.query(`ALTER DATABASE ${db.name} SET default_transaction_isolation = 'repeatable read'`),
+  );
 
   it('a retry at another replica waits on the lock, starts again and replays what the first committed', async () => {
     const id = 'ord_repeatable';
     const key = '8e03978e-repeatable';
-    const send = (app: RunningApp) =>
-      within(
-        request(app.url)
-          .post('/api/payments')
-          .set('X-User', 'user_a')
-          .set('Idempotency-Key', `"${key}"`)
-          .send({ id, block: true }),
-        ANSWER_MS,
-        `the answer at ${app.url}`,
-      );
+    const { db, a, b } = replicas;
+    const send = (app: RunningApp) => pay(app, key, { id, block: true });
     const first = send(a);
     await a.app.get(Gates).entered(id);
     const retry = send(b);
