@@ -108,7 +108,9 @@ export interface ClaimStatements {
   readonly restoreLockTimeout: ClaimStatement;
   /**
    * Key checks only (`checked`): the handler's response, written by the claim's own
-   * COMMIT (sent with it, see TransactionExecutor.beforeCommit). $1 scope, $2 key, $3 response.
+   * COMMIT (sent with it, see TransactionExecutor.beforeCommit) into a row the claim inserted or
+   * took back (an RPC reply's, a request's that took back a failed claim; a request's first claim
+   * writes its row and response in one insert, `claimAtCommitInsert`). $1 scope, $2 key, $3 response.
    */
   readonly storeResponse?: ClaimStatement;
   /**

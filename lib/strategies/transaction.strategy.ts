@@ -67,9 +67,10 @@ const SLOW_WARNING_EVERY_MS = 60_000;
  * Transaction mode: the claim and everything the handler writes through the transaction's
  * EntityManager commit together. A crash or a throw rolls both back and the next delivery claims
  * cleanly. A concurrent duplicate waits for the first delivery for at most
- * `concurrentDuplicateWaitMs` (in memory in this process, on the claim's row lock elsewhere): it
- * then sees the commit (replayed), the rollback (claims and runs), or neither (in flight). A claim
- * made while a transaction-mode delivery runs joins that delivery's transaction in a savepoint.
+ * `concurrentDuplicateWaitMs` (in memory in this process, on the claim's row lock elsewhere, or
+ * on its key's advisory lock for a request-mode claim, whose row its COMMIT writes): it then sees
+ * the commit (replayed), the rollback (claims and runs), or neither (in flight). A claim made while
+ * a transaction-mode delivery runs joins that delivery's transaction in a savepoint.
  */
 @Injectable()
 export class TransactionStrategy implements ClaimStrategy {
