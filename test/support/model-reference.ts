@@ -7,7 +7,7 @@ import {
 import type { Answer, EventEffects } from './model-system.js';
 
 /** The handlers an event can be for (the model app's routes). */
-export const ROUTES = ['tx', 'ext', 'switch', 'nested'] as const;
+export const ROUTES = ['tx', 'ext', 'switch', 'nested', 'req'] as const;
 export type Route = (typeof ROUTES)[number];
 
 /** Events per route in one run: few, so that commands meet the same event again. */
@@ -28,7 +28,14 @@ const SCOPES: Record<Route, string> = {
   ext: 'ModelController.ext',
   switch: 'ModelSwitchController.handle',
   nested: 'ModelController.nested',
+  req: 'ModelController.req',
 };
+
+/** The model_effects rows a database-effect event ends with, one of each. */
+function effectKinds(event: EventRef): readonly string[] {
+  if (event.route === 'tx' || event.route === 'req') return [event.route];
+  return ['outer', 'inner'];
+}
 
 /** The route's name as commands print it: `tx#0`, `nested#2(method)`. */
 export function eventName(event: EventRef): string {
@@ -201,7 +208,7 @@ export class ReferenceModel {
     if (this.isExternalEffect(event)) {
       return calls === 0 ? 'its effect is not there: the downstream received no call for it' : undefined;
     }
-    const kinds = event.route === 'tx' ? ['tx'] : ['outer', 'inner'];
+    const kinds = effectKinds(event);
     const absent = kinds.filter((kind) => !rows[kind]);
     if (absent.length === 0) return undefined;
     return `its effect is not there: no ${absent.map((kind) => `'${kind}'`).join(' and no ')} row (${describeRows(rows)})`;
@@ -232,8 +239,7 @@ export class ReferenceModel {
               `of which only ${state.repeatableCalls} came from deliveries whose work was lost after the call`,
           );
       } else {
-        const kinds = event.route === 'tx' ? ['tx'] : ['outer', 'inner'];
-        for (const kind of kinds) {
+        for (const kind of effectKinds(event)) {
           const count = effect.rows[kind] ?? 0;
           if (count !== 1)
             this.broken(
