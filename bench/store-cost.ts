@@ -7,6 +7,7 @@ import { parseArgs } from 'node:util';
 import pg from 'pg';
 import { claimTable } from '../lib/postgres/claim-table.js';
 import { claimStatements } from '../lib/postgres/claim.sql.js';
+import { mustWriteStatement } from '../lib/postgres/inline-parameters.js';
 import { createMigratedDatabase } from '../test/support/migrated-database.js';
 import { spread } from './load/percentiles.js';
 import { BENCH_SCHEMA } from './server/hand-written.sql.js';
@@ -83,8 +84,10 @@ const SCRIPTS = {
     inline(statements.claimAtCommit!.text, ["'store-cost'", KEY, "'bench'", "'5000'", "'fp'"]),
     ORDER,
     // Wrapped as ClaimTransaction.beforeCommit() wraps it (`mustWrite`): no row stops the COMMIT.
-    `WITH written AS (${inline(statements.claimAtCommitInsert!.text, ["'store-cost'", KEY, "'bench'", "'fp'", `'${RESPONSE}'`])})
-SELECT (CASE WHEN count(*) = 0 THEN 'taken' END)::int FROM written`,
+    mustWriteStatement(
+      inline(statements.claimAtCommitInsert!.text, ["'store-cost'", KEY, "'bench'", "'fp'", `'${RESPONSE}'`]),
+      "'taken'",
+    ),
   ]),
 };
 type Variant = keyof typeof SCRIPTS;

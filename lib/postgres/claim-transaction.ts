@@ -14,6 +14,7 @@ import { claimAfterSql, type ClaimStatements } from './claim.sql.js';
 import {
   executeArguments,
   inlineLiterals,
+  mustWriteStatement,
   parameterLiterals,
   statementTemplate,
   type StatementTemplate,
@@ -813,9 +814,7 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
     if (mustWrite !== undefined) {
       // The message is one more value, so the wrapped statement is one text, prepared once.
       const message = `$${template.parameters + 1}`;
-      template = statementTemplate(
-        `WITH written AS (${text}) SELECT (CASE WHEN count(*) = 0 THEN ${message} END)::int FROM written`,
-      );
+      template = statementTemplate(mustWriteStatement(text, message));
       given = [...values, mustWrite];
     }
     // Quoted now, so a value that cannot be stored is refused to the handler that gave it.

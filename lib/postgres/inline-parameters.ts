@@ -66,6 +66,15 @@ export function inlineLiterals(template: StatementTemplate, literals: readonly s
   return out;
 }
 
+/**
+ * `text` wrapped so that returning no row is an error: a cast to integer of `message` (an SQL
+ * expression: a placeholder or a literal), evaluated only then, which stops a multi-statement
+ * query before its COMMIT (ClaimTransaction.beforeCommit's `mustWrite`). `text` must return rows.
+ */
+export function mustWriteStatement(text: string, message: string): string {
+  return `WITH written AS (${text}) SELECT (CASE WHEN count(*) = 0 THEN ${message} END)::int FROM written`;
+}
+
 /** The arguments of `EXECUTE name (...)` for `literals`. */
 export function executeArguments(literals: readonly string[]): string {
   return `(${literals.join(', ')})`;
