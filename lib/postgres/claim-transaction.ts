@@ -26,6 +26,7 @@ import {
   isConnectionError,
   isDataError,
   isRetryable,
+  isUniqueViolationOn,
 } from './pg-errors.js';
 import { connectClient, sendQuery } from './pg-promises.js';
 import type { PreparedStatements } from './prepared-statements.js';
@@ -209,9 +210,6 @@ export class ClaimTakenError extends Error {
     this.name = 'ClaimTakenError';
   }
 }
-
-/** mustWrite's message of the claim at commit: no row inserted becomes ClaimTakenError. */
-const CLAIM_TAKEN = 'idempotency: the claim at commit found its row taken';
 
 /**
  * A statement sent with the COMMIT met a server connection whose prepared state was not what this
@@ -843,7 +841,7 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
   private collectPendingClaim(response: StoredResponse | null): void {
     const [scope, key, source, , fingerprint = null] = this.pendingClaim!;
     const values = [scope, key, source, fingerprint, response];
-    this.beforeCommit(this.options.statements.claimAtCommitInsert!.text, values, CLAIM_TAKEN);
+    this.beforeCommit(this.options.statements.claimAtCommitInsert!.text, values);
     this.pendingClaim = undefined;
   }
 
@@ -944,17 +942,29 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
       // PREPARE outlives the transaction's rollback: learn which of this query's ran before the
       // failing statement, so the next delivery on the connection does not PREPARE one again.
       if (preparing.size > 0) await this.relearnPrepared(client, preparing);
+      if (this.claimTaken(error, deferred)) throw new ClaimTakenError();
       const missing =
         errorCode(error) === INVALID_TEXT_REPRESENTATION
           ? this.mustWrite?.find((message) => (error as Error).message.includes(message))
           : undefined;
-      if (missing === CLAIM_TAKEN) throw new ClaimTakenError();
       throw missing ? new DeferredWriteMissingError(missing) : error;
     }
     this.forget();
     for (const name of preparing) remember(client, name, true);
     // Postgres answers the COMMIT of an aborted transaction with the tag ROLLBACK.
     if (results[results.length - 1].command === 'ROLLBACK') throw new CommitRolledBackError();
+  }
+
+  /**
+   * The COMMIT's query failed on the claims table's key while it carried the claim at commit's
+   * insert, the only statement it sends that inserts there: the key was taken meanwhile.
+   */
+  private claimTaken(error: unknown, deferred: DeferredStatement[]): boolean {
+    const { table, claimAtCommitInsert } = this.options.statements;
+    return (
+      deferred.some(({ template }) => template.text === claimAtCommitInsert?.text) &&
+      isUniqueViolationOn(error, table.name, table.schema)
+    );
   }
 
   /** Asks the connection which of `names` it has prepared (after a query that failed part-way). */

@@ -88,6 +88,21 @@ export function isDataError(error: unknown): boolean {
   return code !== undefined && (code.startsWith('22') || code.startsWith('23'));
 }
 
+/**
+ * A unique violation (23505) on the table `name` (in `schema`, when one is given): a row with the
+ * same key was there already. PostgreSQL names the table on the error (`table`, `schema`), which
+ * pg passes on; a constraint's name is not used, as it depends on how the table was created.
+ */
+export function isUniqueViolationOn(error: unknown, name: string, schema?: string): boolean {
+  for (const layer of layers(error)) {
+    if (typeof layer.code !== 'string') continue;
+    return (
+      layer.code === '23505' && layer.table === name && (schema === undefined || layer.schema === schema)
+    );
+  }
+  return false;
+}
+
 /** Objects that already exist: a schema (42P06), a table (42P07), a type or function (42710). */
 const DUPLICATE_OBJECT_CODES = new Set(['42P06', '42P07', '42710']);
 

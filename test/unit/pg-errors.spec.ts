@@ -10,6 +10,7 @@ import {
   isConnectionError,
   isDataError,
   isRetryable,
+  isUniqueViolationOn,
 } from '../../lib/postgres/pg-errors.js';
 
 /**
@@ -35,11 +36,15 @@ function errorResponse(fields: ErrorFields): Buffer {
 }
 
 /** The DatabaseError pg's parser makes of that message: exactly what a failed query rejects with. */
-async function serverError(code: string, message: string, severity = 'ERROR'): Promise<DatabaseError> {
+async function serverError(
+  code: string,
+  message: string,
+  severity = 'ERROR',
+  more: ErrorFields = {},
+): Promise<DatabaseError> {
   const messages: unknown[] = [];
-  await parse(Readable.from([errorResponse({ S: severity, V: severity, C: code, M: message })]), (parsed) =>
-    messages.push(parsed),
-  );
+  const fields = { S: severity, V: severity, C: code, M: message, ...more };
+  await parse(Readable.from([errorResponse(fields)]), (parsed) => messages.push(parsed));
   expect(messages).toHaveLength(1);
   const error = messages[0] as DatabaseError;
   expect(error).toBeInstanceOf(pg.DatabaseError);
@@ -287,6 +292,37 @@ describe('isDataError', () => {
     expect(isDataError(new Error('plain'))).toBe(false);
     expect(isDataError(new QueryRunnerAlreadyReleasedError())).toBe(false);
     expect(isDataError(null)).toBe(false);
+  });
+});
+
+describe('isUniqueViolationOn', () => {
+  /** A 23505 as PostgreSQL reports it for an insert into `schema.table` (fields s, t, n). */
+  const duplicateKey = (table: string, schema = 'public') =>
+    serverError('23505', `duplicate key value violates unique constraint "${table}_pkey"`, 'ERROR', {
+      s: schema,
+      t: table,
+      n: `${table}_pkey`,
+    });
+
+  it('is true for a duplicate key on the table, in any schema or the one given, bare and wrapped', async () => {
+    const error = await duplicateKey('processed_events', 'billing');
+    expect(isUniqueViolationOn(error, 'processed_events')).toBe(true);
+    expect(isUniqueViolationOn(error, 'processed_events', 'billing')).toBe(true);
+    expect(isUniqueViolationOn(queryFailed(error), 'processed_events')).toBe(true);
+    expect(isUniqueViolationOn(new Error('outer', { cause: error }), 'processed_events')).toBe(true);
+  });
+
+  it('is false for another table, another schema, another code, and an error that names no table', async () => {
+    expect(isUniqueViolationOn(await duplicateKey('orders'), 'processed_events')).toBe(false);
+    expect(isUniqueViolationOn(await duplicateKey('processed_events'), 'processed_events', 'billing')).toBe(
+      false,
+    );
+    const checkViolation = await serverError('23514', 'new row violates check constraint', 'ERROR', {
+      t: 'processed_events',
+    });
+    expect(isUniqueViolationOn(checkViolation, 'processed_events')).toBe(false);
+    expect(isUniqueViolationOn(await serverError('23505', 'duplicate key'), 'processed_events')).toBe(false);
+    expect(isUniqueViolationOn(new Error('plain'), 'processed_events')).toBe(false);
   });
 });
 
