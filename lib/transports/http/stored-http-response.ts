@@ -60,15 +60,18 @@ export function captureHttpResponse(
     if (header === undefined || header === null) continue;
     headers[name] = Array.isArray(header) ? header.join(', ') : String(header);
   }
-  const stored = { status: response.statusCode, headers };
-  if (value === undefined) return stored;
-  const notStored = (message: string, omitted: 'too_large' | 'not_json'): StoredResponse => {
-    if (!settings.workDone)
-      throw new ResponseNotStoredError(rolledBack(message), settings.scope, settings.key);
-    onOmitted(bodyOmitted(message));
-    return { ...stored, omitted };
-  };
-  if (isStream(value)) return notStored(bodyNotJson(settings.scope, describe(value)), 'not_json');
+  const status = response.statusCode;
+  if (value === undefined) return { status, headers };
+  if (isStream(value)) {
+    return notStored(
+      status,
+      headers,
+      settings,
+      onOmitted,
+      bodyNotJson(settings.scope, describe(value)),
+      'not_json',
+    );
+  }
   let json: string | undefined;
   try {
     json = JSON.stringify(value);
@@ -76,14 +79,34 @@ export function captureHttpResponse(
     json = undefined;
   }
   if (json === undefined || JSONB_REFUSED.test(json)) {
-    return notStored(bodyNotJson(settings.scope, 'a value that is not storable JSON'), 'not_json');
+    const reason = bodyNotJson(settings.scope, 'a value that is not storable JSON');
+    return notStored(status, headers, settings, onOmitted, reason, 'not_json');
   }
   const bytes = Buffer.byteLength(json);
   if (bytes > settings.maxBodyBytes) {
-    return notStored(bodyTooLarge(settings.scope, bytes, settings.maxBodyBytes), 'too_large');
+    const reason = bodyTooLarge(settings.scope, bytes, settings.maxBodyBytes);
+    return notStored(status, headers, settings, onOmitted, reason, 'too_large');
   }
   // The JSON as it will be read back (a Date becomes its string), so a replay answers the same.
-  return { ...stored, body: JSON.parse(json) };
+  // One object literal, built once: this runs on every first request of a request-mode route.
+  return { status, headers, body: JSON.parse(json) };
+}
+
+/**
+ * A body that cannot be stored: the request fails in transaction mode (ResponseNotStoredError),
+ * and in external mode, whose work is done, the response is kept without it (`omitted`).
+ */
+function notStored(
+  status: number,
+  headers: Record<string, string>,
+  settings: CaptureSettings,
+  onOmitted: (message: string) => void,
+  message: string,
+  omitted: 'too_large' | 'not_json',
+): StoredResponse {
+  if (!settings.workDone) throw new ResponseNotStoredError(rolledBack(message), settings.scope, settings.key);
+  onOmitted(bodyOmitted(message));
+  return { status, headers, omitted };
 }
 
 /** Bodies Nest streams or sends as bytes: not JSON to store. */
