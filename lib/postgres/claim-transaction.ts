@@ -26,7 +26,7 @@ import {
   isConnectionError,
   isDataError,
   isRetryable,
-  isUniqueViolationOn,
+  isDuplicateKey,
 } from './pg-errors.js';
 import { connectClient, sendQuery } from './pg-promises.js';
 import type { PreparedStatements } from './prepared-statements.js';
@@ -205,11 +205,15 @@ export class DeferredWriteMissingError extends Error {
  * key under a snapshot that cannot see the holder's commit (above READ COMMITTED): it runs again.
  */
 export class ClaimTakenError extends Error {
-  constructor() {
-    super('the claim made at the COMMIT found its row written meanwhile; nothing was written');
+  /** `cause`: the database's error, when the COMMIT's insert met the row (its duplicate key). */
+  constructor(options?: ErrorOptions) {
+    super('the claim made at the COMMIT found its row written meanwhile; nothing was written', options);
     this.name = 'ClaimTakenError';
   }
 }
+
+/** The claims table's key (its primary key), as PostgreSQL lists it in a duplicate key's detail. */
+const CLAIM_KEY_COLUMNS = 'scope, event_key';
 
 /**
  * A statement sent with the COMMIT met a server connection whose prepared state was not what this
@@ -942,7 +946,7 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
       // PREPARE outlives the transaction's rollback: learn which of this query's ran before the
       // failing statement, so the next delivery on the connection does not PREPARE one again.
       if (preparing.size > 0) await this.relearnPrepared(client, preparing);
-      if (this.claimTaken(error, deferred)) throw new ClaimTakenError();
+      if (this.claimTaken(error, deferred)) throw new ClaimTakenError({ cause: error });
       const missing =
         errorCode(error) === INVALID_TEXT_REPRESENTATION
           ? this.mustWrite?.find((message) => (error as Error).message.includes(message))
@@ -957,13 +961,14 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
 
   /**
    * The COMMIT's query failed on the claims table's key while it carried the claim at commit's
-   * insert, the only statement it sends that inserts there: the key was taken meanwhile.
+   * insert, the only statement it sends that inserts there: the key was taken meanwhile. A
+   * duplicate of another unique index a user added to the table is not that: it fails the delivery.
    */
   private claimTaken(error: unknown, deferred: DeferredStatement[]): boolean {
     const { table, claimAtCommitInsert } = this.options.statements;
     return (
       deferred.some(({ template }) => template.text === claimAtCommitInsert?.text) &&
-      isUniqueViolationOn(error, table.name, table.schema)
+      isDuplicateKey(error, CLAIM_KEY_COLUMNS, table.name, table.schema)
     );
   }
 

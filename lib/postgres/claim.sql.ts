@@ -140,10 +140,10 @@ export interface ClaimStatements {
    * The claim row of `claimAtCommit`, done, with the delivery's fingerprint and response, sent
    * with the COMMIT. A row already there (written by a delivery that took no lock, or committed
    * between the claim's snapshot and its lock) is not overwritten: the insert fails on the key
-   * (23505, on this table), which stops the query before its COMMIT, and the delivery runs again
+   * (23505), which stops the query before its COMMIT, and the delivery runs again
    * from its claim (ClaimTakenError). A plain insert rather than `ON CONFLICT DO NOTHING RETURNING`
-   * wrapped to fail on no row: the same answer for a third less of PostgreSQL's work on the
-   * statement (bench/README, store cost). $1 scope, $2 key, $3 source, $4 fingerprint, $5 response.
+   * wrapped to fail on no row: the same answer for less of PostgreSQL's work (bench/README, what
+   * storing a response costs). $1 scope, $2 key, $3 source, $4 fingerprint, $5 response.
    */
   readonly claimAtCommitInsert?: ClaimStatement;
 }

@@ -89,16 +89,20 @@ export function isDataError(error: unknown): boolean {
 }
 
 /**
- * A unique violation (23505) on the table `name` (in `schema`, when one is given): a row with the
- * same key was there already. PostgreSQL names the table on the error (`table`, `schema`), which
- * pg passes on; a constraint's name is not used, as it depends on how the table was created.
+ * A unique violation (23505) of the key made of `columns` (as PostgreSQL lists them, e.g.
+ * `scope, event_key`) in the table `name` (in `schema`, when one is given): a row with the same key
+ * was there already. PostgreSQL's detail names the key's columns (`Key (scope, event_key)=(...)
+ * already exists.`: the word Key is translated, the column names are not), whatever the constraint
+ * is called and whichever partition of the table the row went to (the error's `table` is then the
+ * partition's). A server that leaves the detail out (a role that may not read the columns) names
+ * only the table, which is then taken as the key's.
  */
-export function isUniqueViolationOn(error: unknown, name: string, schema?: string): boolean {
+export function isDuplicateKey(error: unknown, columns: string, name: string, schema?: string): boolean {
   for (const layer of layers(error)) {
     if (typeof layer.code !== 'string') continue;
-    return (
-      layer.code === '23505' && layer.table === name && (schema === undefined || layer.schema === schema)
-    );
+    if (layer.code !== '23505') return false;
+    if (typeof layer.detail === 'string') return layer.detail.includes(`(${columns})=(`);
+    return layer.table === name && (schema === undefined || layer.schema === schema);
   }
   return false;
 }

@@ -216,6 +216,29 @@ describe.each(ROUTES)('Idempotency-Key across replicas (%s)', (route) => {
     expect(await claim(key)).toMatchObject([{ status: 'done', response: { body: { id: 'other' } } }]);
   });
 
+  it('a duplicate of another unique index of the claims table is no taken claim: the request runs once and fails, and writes nothing', async () => {
+    const key = (n: number) => `8e03978e-unique-${route}-${n}`;
+    // An index a user added: two of this test's claims may not store the same status.
+    await db.pool.query(
+      `CREATE UNIQUE INDEX processed_events_one_status_${route} ON processed_events ((response->>'status'))
+       WHERE event_key LIKE 'user_a:8e03978e-unique-${route}-%'`,
+    );
+    try {
+      expect((await pay(a, key(1), { id: `ord_unique_${route}_1` })).status).toBe(201);
+      const runs = () => db.count('SELECT last_value FROM orders_id_seq');
+      const before = await runs();
+      const answer = await pay(a, key(2), { id: `ord_unique_${route}_2` });
+      // The handler ran once (one id drawn), not again as if its claim had been taken.
+      expect(await runs()).toBe(before + 1);
+      expect(answer.status).toBe(500);
+      expect(answer.headers['idempotent-replayed']).toBeUndefined();
+      expect(await orders(`ord_unique_${route}_2`)).toBe(0);
+      expect(await claim(key(2))).toEqual([expect.objectContaining({ status: 'failed', response: null })]);
+    } finally {
+      await db.pool.query(`DROP INDEX processed_events_one_status_${route}`);
+    }
+  });
+
   it(`${KEYS} keys sent ${COPIES} times each, spread over both replicas, ${IN_FLIGHT} in flight: each runs once, every copy answers its response or 409`, async () => {
     const sends: { key: string; id: string; app: RunningApp }[] = [];
     for (let copy = 0; copy < COPIES; copy++) {

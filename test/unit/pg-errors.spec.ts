@@ -10,7 +10,7 @@ import {
   isConnectionError,
   isDataError,
   isRetryable,
-  isUniqueViolationOn,
+  isDuplicateKey,
 } from '../../lib/postgres/pg-errors.js';
 
 /**
@@ -295,34 +295,59 @@ describe('isDataError', () => {
   });
 });
 
-describe('isUniqueViolationOn', () => {
-  /** A 23505 as PostgreSQL reports it for an insert into `schema.table` (fields s, t, n). */
-  const duplicateKey = (table: string, schema = 'public') =>
+describe('isDuplicateKey', () => {
+  const KEY = 'scope, event_key';
+  /** A 23505 as PostgreSQL reports it for an insert into `schema.table` (fields s, t, n, D). */
+  const duplicateKey = (table: string, schema = 'public', detail?: string) =>
     serverError('23505', `duplicate key value violates unique constraint "${table}_pkey"`, 'ERROR', {
       s: schema,
       t: table,
       n: `${table}_pkey`,
+      ...(detail === undefined ? {} : { D: detail }),
     });
+  const claimKeyDetail = 'Key (scope, event_key)=(bench:lib-request, evt_1) already exists.';
 
-  it('is true for a duplicate key on the table, in any schema or the one given, bare and wrapped', async () => {
-    const error = await duplicateKey('processed_events', 'billing');
-    expect(isUniqueViolationOn(error, 'processed_events')).toBe(true);
-    expect(isUniqueViolationOn(error, 'processed_events', 'billing')).toBe(true);
-    expect(isUniqueViolationOn(queryFailed(error), 'processed_events')).toBe(true);
-    expect(isUniqueViolationOn(new Error('outer', { cause: error }), 'processed_events')).toBe(true);
+  it('is true for a duplicate of the key its detail names, in any table, partition or language, bare and wrapped', async () => {
+    const error = await duplicateKey('processed_events', 'billing', claimKeyDetail);
+    expect(isDuplicateKey(error, KEY, 'processed_events')).toBe(true);
+    expect(isDuplicateKey(queryFailed(error), KEY, 'processed_events')).toBe(true);
+    expect(isDuplicateKey(new Error('outer', { cause: error }), KEY, 'processed_events')).toBe(true);
+    // A partitioned table: PostgreSQL names the partition the row went to.
+    const partition = await duplicateKey('processed_events_p3', 'public', claimKeyDetail);
+    expect(isDuplicateKey(partition, KEY, 'processed_events')).toBe(true);
+    // lc_messages = 'de': the words are translated, the columns are not.
+    const german = await duplicateKey(
+      'processed_events',
+      'public',
+      'Schlüssel »(scope, event_key)=(s, k)« existiert bereits.',
+    );
+    expect(isDuplicateKey(german, KEY, 'processed_events')).toBe(true);
   });
 
-  it('is false for another table, another schema, another code, and an error that names no table', async () => {
-    expect(isUniqueViolationOn(await duplicateKey('orders'), 'processed_events')).toBe(false);
-    expect(isUniqueViolationOn(await duplicateKey('processed_events'), 'processed_events', 'billing')).toBe(
-      false,
+  it('is false for a duplicate of another unique index of the same table, another code, or no error of the database', async () => {
+    const otherIndex = await duplicateKey(
+      'processed_events',
+      'public',
+      'Key (source, fingerprint)=(s, f) already exists.',
     );
+    expect(isDuplicateKey(otherIndex, KEY, 'processed_events')).toBe(false);
     const checkViolation = await serverError('23514', 'new row violates check constraint', 'ERROR', {
       t: 'processed_events',
     });
-    expect(isUniqueViolationOn(checkViolation, 'processed_events')).toBe(false);
-    expect(isUniqueViolationOn(await serverError('23505', 'duplicate key'), 'processed_events')).toBe(false);
-    expect(isUniqueViolationOn(new Error('plain'), 'processed_events')).toBe(false);
+    expect(isDuplicateKey(checkViolation, KEY, 'processed_events')).toBe(false);
+    expect(isDuplicateKey(new Error('plain'), KEY, 'processed_events')).toBe(false);
+  });
+
+  it('without a detail (a role that may not read the columns), goes by the table and its schema', async () => {
+    expect(isDuplicateKey(await duplicateKey('processed_events'), KEY, 'processed_events')).toBe(true);
+    expect(
+      isDuplicateKey(await duplicateKey('processed_events', 'billing'), KEY, 'processed_events', 'billing'),
+    ).toBe(true);
+    expect(isDuplicateKey(await duplicateKey('orders'), KEY, 'processed_events')).toBe(false);
+    expect(isDuplicateKey(await duplicateKey('processed_events'), KEY, 'processed_events', 'billing')).toBe(
+      false,
+    );
+    expect(isDuplicateKey(await serverError('23505', 'duplicate key'), KEY, 'processed_events')).toBe(false);
   });
 });
 
