@@ -80,6 +80,31 @@ function pay(app: RunningApp, key: string, body: object) {
 }
 
 /**
+ * The first request for `key` runs at replica A and parks; a retry at replica B waits for it on the
+ * key (`whileWaiting` runs then); once A goes on, both answer 201 and B replays A's answer.
+ * Resolves with both answers for the caller's own assertions.
+ */
+async function retryWaitsAndReplays(
+  { db, a, b }: Replicas,
+  key: string,
+  id: string,
+  whileWaiting?: () => Promise<void>,
+) {
+  const first = pay(a, key, { id, block: true });
+  await a.app.get(Gates).entered(id);
+  const retry = pay(b, key, { id, block: true });
+  await waitUntil(async () => (await lockWaiters(db)) === 1, 'replica B waiting on the key');
+  await whileWaiting?.();
+  a.app.get(Gates).open(id);
+  const [firstAnswer, retryAnswer] = await Promise.all([first, retry]);
+  expect(firstAnswer.status).toBe(201);
+  expect(retryAnswer.status).toBe(201);
+  expect(retryAnswer.headers['idempotent-replayed']).toBe('true');
+  expect(retryAnswer.body).toEqual(firstAnswer.body);
+  return [firstAnswer, retryAnswer] as const;
+}
+
+/**
  * The request mode's claim across replicas: a request-mode delivery in transaction mode writes
  * its claim row at its COMMIT, with its response (ClaimStatements.claimAtCommit), and holds the
  * key meanwhile with an advisory lock. Two apps (two replicas, each its own pool) on one
@@ -142,17 +167,10 @@ describe.each(ROUTES)('Idempotency-Key across replicas (%s)', (route) => {
   it('a retry at another replica waits on the lock, then replays what the first committed meanwhile', async () => {
     const id = `ord_waited_${route}`;
     const key = `8e03978e-waited-${route}`;
-    const first = pay(a, key, { id, block: true });
-    await a.app.get(Gates).entered(id);
-    const retry = pay(b, key, { id, block: true });
-    await waitUntil(async () => (await advisoryLocks(false)) === 1, 'replica B waiting on the key');
-    expect(await lockWaiters(db)).toBe(1);
-    a.app.get(Gates).open(id);
-    const [firstAnswer, retryAnswer] = await Promise.all([first, retry]);
-    expect(firstAnswer.status).toBe(201);
-    expect(retryAnswer.status).toBe(201);
-    expect(retryAnswer.headers['idempotent-replayed']).toBe('true');
-    expect(retryAnswer.body).toEqual(firstAnswer.body);
+    // The lock B waits on is the key's advisory lock, not a claim row's.
+    const [firstAnswer, retryAnswer] = await retryWaitsAndReplays(replicas, key, id, async () => {
+      expect(await advisoryLocks(false)).toBe(1);
+    });
     expect(retryAnswer.headers.location).toBe(firstAnswer.headers.location);
     expect(await orders(id)).toBe(1);
     expect(await claim(key)).toHaveLength(1);
@@ -309,18 +327,8 @@ describe('Idempotency-Key across replicas, REPEATABLE READ by default', () => {
   it('a retry at another replica waits on the lock, starts again and replays what the first committed', async () => {
     const id = 'ord_repeatable';
     const key = '8e03978e-repeatable';
-    const { db, a, b } = replicas;
-    const send = (app: RunningApp) => pay(app, key, { id, block: true });
-    const first = send(a);
-    await a.app.get(Gates).entered(id);
-    const retry = send(b);
-    await waitUntil(async () => (await lockWaiters(db)) === 1, 'replica B waiting on the key');
-    a.app.get(Gates).open(id);
-    const [firstAnswer, retryAnswer] = await Promise.all([first, retry]);
-    expect(firstAnswer.status).toBe(201);
-    expect(retryAnswer.status).toBe(201);
-    expect(retryAnswer.headers['idempotent-replayed']).toBe('true');
-    expect(retryAnswer.body).toEqual(firstAnswer.body);
+    const { db } = replicas;
+    await retryWaitsAndReplays(replicas, key, id);
     expect(await db.count('SELECT count(*) FROM orders WHERE event_id = $1', [id])).toBe(1);
   });
 });
