@@ -155,6 +155,11 @@ function literal(value: unknown, escape: (value: string) => string): string {
  */
 const JSONB_REFUSED = /(?:^|[^\\])(?:\\\\)*\\u(?:0000|d[89a-f][0-9a-f]{2})/i;
 
+/** Whether jsonb refuses the JSON text `json` (JSONB_REFUSED): a NUL or a lone surrogate in it. */
+export function jsonbRefuses(json: string): boolean {
+  return JSONB_REFUSED.test(json);
+}
+
 /** `value` as JSON that a jsonb column takes, or a TypeError saying why not. */
 function storableJson(value: object): string {
   let json: string | undefined;
@@ -167,7 +172,7 @@ function storableJson(value: object): string {
     throw new TypeError(valueNotStorable(reason), { cause: error });
   }
   if (json === undefined) throw new TypeError(valueNotStorable('serialises to nothing'));
-  if (JSONB_REFUSED.test(json)) {
+  if (jsonbRefuses(json)) {
     throw new TypeError(
       valueNotStorable('holds a NUL character or a lone UTF-16 surrogate, which jsonb refuses'),
     );

@@ -3,9 +3,7 @@ import { StreamableFile } from '@nestjs/common';
 import { isObservable } from 'rxjs';
 import type { StoredResponse } from '../../core/claim-check.js';
 import { ResponseNotStoredError } from '../../idempotency.errors.js';
-
-/** jsonb refuses NUL and lone surrogates (as escapes in the JSON text): such a body is not storable. */
-const JSONB_REFUSED = /(?:^|[^\\])(?:\\\\)*\\u(?:0000|d[89a-f][0-9a-f]{2})/i;
+import { jsonbRefuses } from '../../postgres/inline-parameters.js';
 
 const bodyTooLarge = (scope: string, bytes: number, max: number) =>
   `${scope} answered a body of ${bytes} bytes, more than maxStoredResponseBytes (${max})`;
@@ -63,14 +61,8 @@ export function captureHttpResponse(
   const status = response.statusCode;
   if (value === undefined) return { status, headers };
   if (isStream(value)) {
-    return notStored(
-      status,
-      headers,
-      settings,
-      onOmitted,
-      bodyNotJson(settings.scope, describe(value)),
-      'not_json',
-    );
+    const reason = bodyNotJson(settings.scope, describe(value));
+    return notStored(status, headers, settings, onOmitted, reason, 'not_json');
   }
   let json: string | undefined;
   try {
@@ -78,7 +70,8 @@ export function captureHttpResponse(
   } catch {
     json = undefined;
   }
-  if (json === undefined || JSONB_REFUSED.test(json)) {
+  // jsonb refuses NUL and lone surrogates (as escapes in the JSON text): such a body is not storable.
+  if (json === undefined || jsonbRefuses(json)) {
     const reason = bodyNotJson(settings.scope, 'a value that is not storable JSON');
     return notStored(status, headers, settings, onOmitted, reason, 'not_json');
   }
