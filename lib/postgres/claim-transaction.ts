@@ -16,6 +16,7 @@ import {
   inlineLiterals,
   mustWriteStatement,
   parameterLiterals,
+  quoteLiteral,
   statementTemplate,
   type StatementTemplate,
 } from './inline-parameters.js';
@@ -1014,10 +1015,11 @@ function remember(client: PoolClient, name: string, prepared: boolean): void {
 }
 
 /**
- * The claim's values as literals for the simple protocol, which takes no parameters: escaped by
- * pg (a delivery without a fingerprint has a NULL one).
+ * The claim's values as literals for the simple protocol, which takes no parameters: quoted as pg
+ * quotes them (quoteLiteral; a delivery without a fingerprint has a NULL one).
  */
 function claimLiterals(client: PoolClient, values: ClaimValues, variant?: ClaimVariant): string[] {
   const given = variant ? [...values, ...variant.values] : values;
-  return given.map((value) => (value === null ? 'NULL' : client.escapeLiteral(value)));
+  const escape = (value: string) => client.escapeLiteral(value);
+  return given.map((value) => (value === null ? 'NULL' : quoteLiteral(value, escape)));
 }

@@ -1,9 +1,35 @@
 import { describe, expect, it } from '@jest/globals';
+import fc from 'fast-check';
 import pg from 'pg';
-import { inlineParameters } from '../../lib/postgres/inline-parameters.js';
+import { inlineParameters, quoteLiteral } from '../../lib/postgres/inline-parameters.js';
 
 /** pg's own quoting, as the claim transaction uses it. */
 const escape = (value: string) => pg.Client.prototype.escapeLiteral.call(null, value);
+
+describe('quoteLiteral', () => {
+  it.each([
+    ['a plain string', 'evt_1'],
+    ['the empty string', ''],
+    ['a quote', "it's"],
+    ['a backslash', 'a\\b'],
+    ['both', "a\\'b"],
+  ])('quotes %s as pg does', (_what, value) => {
+    expect(quoteLiteral(value, escape)).toBe(escape(value));
+  });
+
+  it('quotes any string exactly as pg does, quotes, backslashes and every code unit included', () => {
+    // Strings rich in the two characters pg rewrites, and in everything else it leaves alone.
+    const unit = fc.oneof(
+      fc.constantFrom("'", '\\', '"', '$', '\n', '\u0000', '\ud800'),
+      fc.integer({ min: 0, max: 0xffff }).map((code) => String.fromCharCode(code)),
+    );
+    const text = fc.array(unit, { maxLength: 40 }).map((units) => units.join(''));
+    fc.assert(
+      fc.property(text, (value) => quoteLiteral(value, escape) === escape(value)),
+      { numRuns: 2000 },
+    );
+  });
+});
 
 describe('inlineParameters', () => {
   it('replaces each $n by its value as a quoted literal, NULL for null and undefined', () => {
