@@ -124,8 +124,8 @@ export interface ClaimStatements {
    * other writer of the row (a claim of the other mode, a failure record, an older release) goes
    * on through the unique index: the insert at COMMIT meets its row and the delivery is retried.
    * Answers the transaction claim's columns, and `locked`. It sets `synchronous_commit` as the
-   * transaction claim does (DURABLE_COMMIT). $1 scope, $2 key (and the claim's other values,
-   * unused).
+   * transaction claim does (DURABLE_COMMIT). $1 scope, $2 key: the claim's other values are
+   * not sent (each is one literal more for PostgreSQL to parse), they go with the insert.
    */
   readonly claimAtCommit?: ClaimStatement;
   /**
