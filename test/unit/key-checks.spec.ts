@@ -1,5 +1,7 @@
 import { createHash } from 'node:crypto';
 import { describe, expect, it } from '@jest/globals';
+import fc from 'fast-check';
+import { parseItem } from 'structured-headers';
 import { fingerprintsConflict } from '../../lib/core/claim-check.js';
 import { UnstableKeys } from '../../lib/core/unstable-keys.js';
 import { stripeEventKey } from '../../lib/index.js';
@@ -30,6 +32,40 @@ describe('key checks', () => {
     expect(() => keyOf('""')).toThrow('is empty');
     expect(() => keyOf(undefined)).toThrow('requires an Idempotency-Key header');
     expect(keyOf(undefined, { ...MODE, required: false })).toBeUndefined();
+  });
+
+  it('reads every header as structured-headers does, quoted strings and anything else', () => {
+    // A header the parser reads as a string gives that string; one it refuses, or reads as
+    // another item, is refused: the plain-string fast path must never answer otherwise.
+    const parsed = (header: string) => {
+      try {
+        const [value] = parseItem(header);
+        return typeof value === 'string' && value.length > 0 ? value : undefined;
+      } catch {
+        return undefined;
+      }
+    };
+    const read = (header: string) => {
+      try {
+        return keyOf(header);
+      } catch {
+        return undefined;
+      }
+    };
+    const unit = fc.oneof(
+      fc.constantFrom('"', '\\', ';', ',', ' ', '=', '%', '*', 'a', '0', '\u007f', '\u0019', '\u00e9'),
+      fc.integer({ min: 0x20, max: 0x7e }).map((code) => String.fromCharCode(code)),
+    );
+    const inner = fc.array(unit, { maxLength: 24 }).map((units) => units.join(''));
+    const header = fc.oneof(
+      inner.map((text) => `"${text}"`),
+      fc.tuple(inner, inner).map(([text, rest]) => `"${text}"${rest}`),
+      inner,
+    );
+    fc.assert(
+      fc.property(header, (value) => read(value) === parsed(value)),
+      { numRuns: 3000 },
+    );
   });
 
   it("prefixes the key with its owner so that no owner can name another owner's key", () => {

@@ -20,6 +20,14 @@ const keyMalformed = (scope: string, reason: string) =>
 const ownerUnknown = (scope: string, got: string) =>
   `${scope} scopes its idempotency keys to their owner, and owner() ${got} for this request; refuse unauthenticated requests with a guard, which runs before the claim`;
 
+/**
+ * An sf-string with no escape and no parameter, the whole header: what clients send (a UUID in
+ * quotes). Its characters are those RFC 9651 allows unescaped in a string, so it is read here as
+ * structured-headers reads it, without the parser (0.55 -> 0.13 µs a request); anything else, a
+ * parameter, an escape or something that is no string, goes to the parser.
+ */
+const PLAIN_SF_STRING = /^"([\x20\x21\x23-\x5b\x5d-\x7e]*)"$/;
+
 /** The claims table's scope and source columns take 255 characters: so does an owner. */
 const MAX_OWNER_LENGTH = 255;
 
@@ -67,11 +75,13 @@ export function requestIdempotencyKey(
   }
   // Node joins a repeated header with ", ": two keys are one malformed list, refused below.
   const raw = Array.isArray(header) ? header.join(', ') : header;
-  let value: unknown;
-  try {
-    [value] = parseItem(raw);
-  } catch (error) {
-    throw new InvalidIdempotencyKeyError(keyMalformed(scope, describeError(error)), scope, undefined);
+  let value: unknown = PLAIN_SF_STRING.exec(raw)?.[1];
+  if (value === undefined) {
+    try {
+      [value] = parseItem(raw);
+    } catch (error) {
+      throw new InvalidIdempotencyKeyError(keyMalformed(scope, describeError(error)), scope, undefined);
+    }
   }
   if (typeof value !== 'string') {
     throw new InvalidIdempotencyKeyError(keyMalformed(scope, `got ${raw}`), scope, undefined);
