@@ -464,7 +464,7 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
   ): Promise<ClaimFound> {
     const { statements } = this.options;
     const claim = this.claimStatement(variant, atCommit);
-    const literals = claimLiterals(client, values, variant, atCommit);
+    const literals = claimLiterals(client, values, claim, variant);
     const how = this.howToSend(client, claim.name, 1);
     return sendQuery(client, claimAfterSql(statements, head, literals, how, claim, variant?.types)).then(
       (answer) => {
@@ -562,7 +562,7 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
   ): Promise<ClaimRow> {
     const { statements } = this.options;
     const claim = this.claimStatement(variant, atCommit);
-    const literals = claimLiterals(client, values, variant, atCommit);
+    const literals = claimLiterals(client, values, claim, variant);
     for (; ; round++) {
       const how = this.howToSend(client, claim.name, round);
       try {
@@ -1016,16 +1016,17 @@ function remember(client: PoolClient, name: string, prepared: boolean): void {
 
 /**
  * The claim's values as literals for the simple protocol, which takes no parameters: quoted as pg
- * quotes them (quoteLiteral; a delivery without a fingerprint has a NULL one).
+ * quotes them (quoteLiteral; a delivery without a fingerprint has a NULL one). As many as `claim`
+ * takes (ClaimStatement.parameters: the claim at commit, its scope and key), then the variant's.
  */
 function claimLiterals(
   client: PoolClient,
   values: ClaimValues,
+  claim: ClaimStatement,
   variant?: ClaimVariant,
-  atCommit = false,
 ): string[] {
-  // The claim at commit reads its scope and key alone ($1, $2): the rest is for its insert.
-  const given = variant ? [...values, ...variant.values] : atCommit ? values.slice(0, 2) : values;
+  const sent = claim.parameters === undefined ? values : values.slice(0, claim.parameters);
+  const given = variant ? [...sent, ...variant.values] : sent;
   const escape = (value: string) => client.escapeLiteral(value);
   return given.map((value) => (value === null ? 'NULL' : quoteLiteral(value, escape)));
 }

@@ -124,8 +124,9 @@ export interface ClaimStatements {
    * other writer of the row (a claim of the other mode, a failure record, an older release) goes
    * on through the unique index: the insert at COMMIT meets its row and the delivery is retried.
    * Answers the transaction claim's columns, and `locked`. It sets `synchronous_commit` as the
-   * transaction claim does (DURABLE_COMMIT). $1 scope, $2 key: the claim's other values are
-   * not sent (each is one literal more for PostgreSQL to parse), they go with the insert.
+   * transaction claim does (DURABLE_COMMIT). $1 scope, $2 key: sent with these two alone
+   * (`parameters`; each value more is one literal more for PostgreSQL to parse), the claim's
+   * others go with the insert.
    */
   readonly claimAtCommit?: ClaimStatement;
   /**
@@ -149,14 +150,18 @@ export interface ClaimStatements {
 }
 
 /**
- * The name a statement is prepared under: its role and a hash of its text. A connection's prepared
+ * The name a statement is prepared under: its role and a hash of its text, and of `parameters`
+ * for a statement sent with that many values (ClaimStatement.parameters). A connection's prepared
  * statements outlive the process that prepared them (a pooler hands its server connections to
  * every client, across a rolling deploy), and two releases of the library, or two copies of it in
- * one process, may word one statement differently: with the text in the name, a PREPARE that finds
- * the name taken (42P05) has found this very text, and an EXECUTE can never run another's.
+ * one process, may word one statement differently, or PREPARE the same text with another count of
+ * parameters: with both in the name, a PREPARE that finds the name taken (42P05) has found this
+ * very statement, and an EXECUTE can never run another's, nor send it too few or too many values.
  */
-export function statementName(role: string, text: string): string {
-  return `idempotency_${role}_${createHash('sha256').update(text).digest('hex').slice(0, 16)}`;
+export function statementName(role: string, text: string, parameters?: number): string {
+  const hash = createHash('sha256').update(text);
+  if (parameters !== undefined) hash.update(`\n${parameters} parameters`);
+  return `idempotency_${role}_${hash.digest('hex').slice(0, 16)}`;
 }
 
 /**
@@ -172,7 +177,11 @@ export function claimStatements(table: ClaimTable, checked = false): ClaimStatem
   const t = table.sql;
   // The table is part of each text, so two modules sharing a pool with different tables never
   // share a name either.
-  const named = (role: string, text: string): ClaimStatement => ({ name: statementName(role, text), text });
+  const named = (role: string, text: string, parameters?: number): ClaimStatement => ({
+    name: statementName(role, text, parameters),
+    text,
+    ...(parameters !== undefined && { parameters }),
+  });
   /** `text` in the checked statements only. */
   const ifChecked = (text: string) => (checked ? text : '');
   return {
@@ -345,7 +354,7 @@ function keyLock(table: string): string {
 /** claimAtCommit and its two companions (see ClaimStatements). */
 function claimAtCommitStatements(
   t: string,
-  named: (role: string, text: string) => ClaimStatement,
+  named: (role: string, text: string, parameters?: number) => ClaimStatement,
 ): Pick<ClaimStatements, 'claimAtCommit' | 'claimAtCommitWait' | 'claimAtCommitInsert'> {
   return {
     claimAtCommit: named(
@@ -359,6 +368,8 @@ SELECT bound.locked AND found.status IS NULL AS claimed, bound.locked, found.sta
        found.response, bound.previous
 FROM bound
 LEFT JOIN ${t} AS found ON found.scope = $1 AND found.event_key = $2`,
+      // Its scope and key alone: the claim's other values go with the insert at COMMIT.
+      2,
     ),
     claimAtCommitWait: named(
       'claim_at_commit_wait',
@@ -398,7 +409,7 @@ function prepareClaimSql(claim: ClaimStatement, types: readonly string[]): strin
  * statement (preceded by its PREPARE on a connection that has not run it); unprepared (behind a
  * transaction-mode pooler, where the next transaction may run on a server connection that never
  * saw the PREPARE), the claim's own text with the values inlined. The simple protocol takes no
- * parameters, so the values come as literals, already escaped by pg's `escapeLiteral`.
+ * parameters, so the values come as literals, quoted as pg's `escapeLiteral` quotes them (quoteLiteral).
  * `claim` and `types` stand for a statement that claims and does more in the same query (the
  * ordering guard's: ordered-claim.sql.ts); it takes the claim's values first, then its own.
  */

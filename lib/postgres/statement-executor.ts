@@ -14,6 +14,12 @@ import { pgPoolOf } from './typeorm-internals.js';
 export interface ClaimStatement {
   readonly name: string;
   readonly text: string;
+  /**
+   * A claim statement sent with its first `parameters` values alone (the claim at commit: scope
+   * and key), its SQL-level PREPARE declaring as many; part of its name (statementName). Default:
+   * undefined, sent with all of the claim's values.
+   */
+  readonly parameters?: number;
 }
 
 /**

@@ -29,7 +29,7 @@ const LONG_QUOTED_KEY = `${"'".repeat(60)}${'\\'.repeat(25)}${"x'".repeat(85)}`;
 
 /**
  * Keys that would break SQL built by pasting them between quotes. The one-round-trip claim sends
- * them as literals (pg's escapeLiteral) in a simple-protocol query, so each must still be claimed
+ * them as literals (quoted as pg's escapeLiteral quotes them) in a simple-protocol query, so each must still be claimed
  * as exactly itself.
  */
 const TRICKY_KEYS: [string, string][] = [

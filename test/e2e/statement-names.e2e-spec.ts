@@ -1,7 +1,12 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
 import request from 'supertest';
 import { DataSource } from 'typeorm';
-import { NAMES_SCOPE, StatementNamesController } from '../fixtures/statement-names.fixture.js';
+import { statementName } from '../../lib/postgres/claim.sql.js';
+import {
+  NAMES_REQUEST_SCOPE,
+  NAMES_SCOPE,
+  StatementNamesController,
+} from '../fixtures/statement-names.fixture.js';
 import { WebhookFixtureModule } from '../fixtures/webhook-fixture.module.js';
 import { onAdapter, startApp, type RunningApp } from '../support/app.js';
 import { CLAIM_SQL } from '../support/claim-sql.js';
@@ -18,6 +23,15 @@ const OLD_CLAIM_NAME = 'idempotency_transaction_claim';
 const FOREIGN_CLAIM = `PREPARE ${OLD_CLAIM_NAME} (text, text, text, text) AS
 SELECT true AS claimed, NULL::text AS status, current_setting('lock_timeout') AS previous
 FROM (SELECT $1, $2, $3, $4) AS given`;
+
+/**
+ * The claim at commit as the release before sent it: the same text, with the claim's five values
+ * (scope, key, source, lock_timeout, fingerprint; it read the first two), prepared under the name
+ * its text alone gave it. This release sends it two: the same name would answer its EXECUTE
+ * "wrong number of parameters" on every request of a connection that holds the old one.
+ */
+const OLD_CLAIM_AT_COMMIT_NAME = statementName('claim_at_commit', CLAIM_SQL.claimAtCommit!.text);
+const OLD_CLAIM_AT_COMMIT = `PREPARE ${OLD_CLAIM_AT_COMMIT_NAME} (text, text, text, text, text) AS${CLAIM_SQL.claimAtCommit!.text}`;
 
 /**
  * A connection that already holds a statement under the name the library would prepare its claim
@@ -44,12 +58,9 @@ describe.each(onAdapter('express'))('a foreign statement under the claim stateme
     await db?.drop();
   });
 
-  const claims = (id: string) =>
+  const claims = (id: string, scope = NAMES_SCOPE) =>
     db.pool
-      .query('SELECT status, attempts FROM processed_events WHERE scope = $1 AND event_key = $2', [
-        NAMES_SCOPE,
-        id,
-      ])
+      .query('SELECT status, attempts FROM processed_events WHERE scope = $1 AND event_key = $2', [scope, id])
       .then((result) => result.rows as { status: string; attempts: number }[]);
   const effects = (id: string) => db.count('SELECT count(*) FROM downstream_calls WHERE event_id = $1', [id]);
 
@@ -100,6 +111,49 @@ describe.each(onAdapter('express'))('a foreign statement under the claim stateme
       pid,
       names: [OLD_CLAIM_NAME, CLAIM_SQL.transactionClaim.name].sort(),
       foreign_kept: true,
+    });
+  });
+
+  it("claims a request at its COMMIT, once, when the pool's only connection holds the previous release's claim at commit, which took five values", async () => {
+    running = await startApp(adapter, [
+      WebhookFixtureModule.forDatabase({
+        databaseUrl: db.url,
+        poolSize: 1,
+        controllers: [StatementNamesController],
+        idempotency: { reporter: false },
+      }),
+    ]);
+    const dataSource = running.app.get(DataSource);
+    const [{ pid }] = (await dataSource.query('SELECT pg_backend_pid() AS pid')) as { pid: number }[];
+    await dataSource.query(OLD_CLAIM_AT_COMMIT);
+    const id = `evt_old_at_commit_${adapter}`;
+    const send = () =>
+      request(running!.url).post('/names/refunds').set('Idempotency-Key', `"${id}"`).send({ id });
+
+    const first = await send();
+    const again = await send();
+    expect({
+      first: [first.status, first.body, first.headers['idempotent-replayed']],
+      again: [again.status, again.body, again.headers['idempotent-replayed']],
+      runs: running.app.get(StatementNamesController).runs.get(id),
+      effects: await effects(id),
+      claims: await claims(id, NAMES_REQUEST_SCOPE),
+    }).toEqual({
+      first: [201, { processed: id }, undefined],
+      again: [201, { processed: id }, 'true'],
+      runs: 1,
+      effects: 1,
+      claims: [{ status: 'done', attempts: 1 }],
+    });
+
+    // The one connection holds both: the old statement untouched, this release's under its own name.
+    const prepared = (await dataSource.query(
+      `SELECT pg_backend_pid() AS pid, array_agg(name::text) AS names
+       FROM pg_prepared_statements WHERE name LIKE 'idempotency_claim_at_commit%'`,
+    )) as { pid: number; names: string[] }[];
+    expect({ ...prepared[0], names: prepared[0].names.sort() }).toEqual({
+      pid,
+      names: [OLD_CLAIM_AT_COMMIT_NAME, CLAIM_SQL.claimAtCommit!.name].sort(),
     });
   });
 });

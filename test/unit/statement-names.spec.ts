@@ -38,6 +38,20 @@ describe('prepared statement names', () => {
     expect(statementName('current_attempt', TEXT)).not.toBe(base);
   });
 
+  it('differ when only the count of values a statement is sent with differs', () => {
+    // A SQL-level PREPARE declares its parameters: the same text declared with two and with five
+    // is two statements, and an EXECUTE of one with the other's count of values fails.
+    const base = statementName('claim_at_commit', TEXT);
+    expect(statementName('claim_at_commit', TEXT, 2)).not.toBe(base);
+    expect(statementName('claim_at_commit', TEXT, 2)).not.toBe(statementName('claim_at_commit', TEXT, 5));
+    const { claimAtCommit } = claimStatements(claimTable(undefined), true);
+    expect(claimAtCommit).toEqual({
+      name: statementName('claim_at_commit', claimAtCommit!.text, 2),
+      text: claimAtCommit!.text,
+      parameters: 2,
+    });
+  });
+
   it("differ between statements of different texts, across a set and two tables' sets", () => {
     const standard = named(claimStatements(claimTable(undefined)));
     const billing = named(claimStatements(claimTable('billing', 'webhook_claims')));
