@@ -911,7 +911,7 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
    * leaves the transaction aborted: it is rolled back here, so that the connection goes back to
    * the pool clean, and the error is the statement's (a prepared-state miss: retry it all).
    */
-  private async commitWithDeferred(client: PoolClient, deferred: DeferredStatement[]): Promise<void> {
+  private commitWithDeferred(client: PoolClient, deferred: DeferredStatement[]): Promise<void> {
     const { prepared } = this.options;
     const known = preparedConnections.get(client);
     const preparing = new Set<string>();
@@ -929,35 +929,51 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
       parts.push(`EXECUTE ${name} ${executeArguments(literals)}`);
     }
     parts.push('COMMIT');
-    let results: QueryResult[];
-    try {
-      results = (await sendQuery(client, parts.join(';\n'))) as unknown as QueryResult[];
-    } catch (error) {
-      await client.query('ROLLBACK').catch(() => undefined);
-      this.forget();
-      if (isPreparedStatementMiss(error)) {
-        const code = errorCode(error)!;
-        // 42P05: a PREPARE found its name there already; 26000: an EXECUTE found it missing.
-        for (const { template } of deferred) {
-          prepared.missed(template.name, code);
-          remember(client, template.name, code === DUPLICATE_PREPARED_STATEMENT);
-        }
-        throw new DeferredStatementMissError(code);
-      }
-      // PREPARE outlives the transaction's rollback: learn which of this query's ran before the
-      // failing statement, so the next delivery on the connection does not PREPARE one again.
-      if (preparing.size > 0) await this.relearnPrepared(client, preparing);
-      if (this.claimTaken(error, deferred)) throw new ClaimTakenError({ cause: error });
-      const missing =
-        errorCode(error) === INVALID_TEXT_REPRESENTATION
-          ? this.mustWrite?.find((message) => (error as Error).message.includes(message))
-          : undefined;
-      throw missing ? new DeferredWriteMissingError(missing) : error;
-    }
+    // Answered in one `.then`, as the plain COMMIT is: an async function awaiting the query would
+    // make two promises more on every request that stores a response or hands off a job.
+    return sendQuery(client, parts.join(';\n')).then(
+      (answer) => {
+        this.forget();
+        for (const name of preparing) remember(client, name, true);
+        const results = answer as unknown as QueryResult[];
+        // Postgres answers the COMMIT of an aborted transaction with the tag ROLLBACK.
+        if (results[results.length - 1].command === 'ROLLBACK') throw new CommitRolledBackError();
+      },
+      (error: unknown) => this.deferredFailed(client, deferred, preparing, error),
+    );
+  }
+
+  /**
+   * The deferred statements' query failed: rolls back what it left, and throws what the failure
+   * means (a prepared-state miss, the claim taken meanwhile, a `mustWrite` statement that wrote
+   * nothing, or the statement's own error).
+   */
+  private async deferredFailed(
+    client: PoolClient,
+    deferred: DeferredStatement[],
+    preparing: Set<string>,
+    error: unknown,
+  ): Promise<never> {
+    await client.query('ROLLBACK').catch(() => undefined);
     this.forget();
-    for (const name of preparing) remember(client, name, true);
-    // Postgres answers the COMMIT of an aborted transaction with the tag ROLLBACK.
-    if (results[results.length - 1].command === 'ROLLBACK') throw new CommitRolledBackError();
+    if (isPreparedStatementMiss(error)) {
+      const code = errorCode(error)!;
+      // 42P05: a PREPARE found its name there already; 26000: an EXECUTE found it missing.
+      for (const { template } of deferred) {
+        this.options.prepared.missed(template.name, code);
+        remember(client, template.name, code === DUPLICATE_PREPARED_STATEMENT);
+      }
+      throw new DeferredStatementMissError(code);
+    }
+    // PREPARE outlives the transaction's rollback: learn which of this query's ran before the
+    // failing statement, so the next delivery on the connection does not PREPARE one again.
+    if (preparing.size > 0) await this.relearnPrepared(client, preparing);
+    if (this.claimTaken(error, deferred)) throw new ClaimTakenError({ cause: error });
+    const missing =
+      errorCode(error) === INVALID_TEXT_REPRESENTATION
+        ? this.mustWrite?.find((message) => (error as Error).message.includes(message))
+        : undefined;
+    throw missing ? new DeferredWriteMissingError(missing) : error;
   }
 
   /**
