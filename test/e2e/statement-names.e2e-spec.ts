@@ -64,8 +64,14 @@ describe.each(onAdapter('express'))('a foreign statement under the claim stateme
       .then((result) => result.rows as { status: string; attempts: number }[]);
   const effects = (id: string) => db.count('SELECT count(*) FROM downstream_calls WHERE event_id = $1', [id]);
 
-  it("runs the handler once and writes its claim row when the pool's only connection holds another release's claim statement", async () => {
-    running = await startApp(adapter, [
+  /**
+   * Starts the app on a pool of one connection and runs `prepare` on it: that PREPARE and every
+   * delivery after it share the connection, whose backend pid is answered.
+   */
+  async function startHolding(
+    prepare: string,
+  ): Promise<{ app: RunningApp; dataSource: DataSource; pid: number }> {
+    const app = await startApp(adapter, [
       WebhookFixtureModule.forDatabase({
         databaseUrl: db.url,
         poolSize: 1,
@@ -73,21 +79,26 @@ describe.each(onAdapter('express'))('a foreign statement under the claim stateme
         idempotency: { reporter: false },
       }),
     ]);
-    const dataSource = running.app.get(DataSource);
-    // The pool has one connection: this PREPARE and every delivery below share it.
+    running = app;
+    const dataSource = app.app.get(DataSource);
     const [{ pid }] = (await dataSource.query('SELECT pg_backend_pid() AS pid')) as { pid: number }[];
-    await dataSource.query(FOREIGN_CLAIM);
+    await dataSource.query(prepare);
+    return { app, dataSource, pid };
+  }
+
+  it("runs the handler once and writes its claim row when the pool's only connection holds another release's claim statement", async () => {
+    const { app, dataSource, pid } = await startHolding(FOREIGN_CLAIM);
     const id = `evt_foreign_${adapter}`;
 
-    const first = await request(running.url).post('/names/orders').send({ id });
+    const first = await request(app.url).post('/names/orders').send({ id });
     const claimAfterFirst = await claims(id);
-    const again = await request(running.url).post('/names/orders').send({ id });
+    const again = await request(app.url).post('/names/orders').send({ id });
     // Seen together, so that a failure shows the whole story: the answers, the claim row, the runs.
     expect({
       first: [first.status, first.body, first.headers['idempotent-replayed']],
       claimAfterFirst,
       again: [again.status, again.headers['idempotent-replayed']],
-      runs: running.app.get(StatementNamesController).runs.get(id),
+      runs: app.app.get(StatementNamesController).runs.get(id),
       effects: await effects(id),
       claims: await claims(id),
     }).toEqual({
@@ -115,27 +126,16 @@ describe.each(onAdapter('express'))('a foreign statement under the claim stateme
   });
 
   it("claims a request at its COMMIT, once, when the pool's only connection holds the previous release's claim at commit, which took five values", async () => {
-    running = await startApp(adapter, [
-      WebhookFixtureModule.forDatabase({
-        databaseUrl: db.url,
-        poolSize: 1,
-        controllers: [StatementNamesController],
-        idempotency: { reporter: false },
-      }),
-    ]);
-    const dataSource = running.app.get(DataSource);
-    const [{ pid }] = (await dataSource.query('SELECT pg_backend_pid() AS pid')) as { pid: number }[];
-    await dataSource.query(OLD_CLAIM_AT_COMMIT);
+    const { app, dataSource, pid } = await startHolding(OLD_CLAIM_AT_COMMIT);
     const id = `evt_old_at_commit_${adapter}`;
-    const send = () =>
-      request(running!.url).post('/names/refunds').set('Idempotency-Key', `"${id}"`).send({ id });
+    const send = () => request(app.url).post('/names/refunds').set('Idempotency-Key', `"${id}"`).send({ id });
 
     const first = await send();
     const again = await send();
     expect({
       first: [first.status, first.body, first.headers['idempotent-replayed']],
       again: [again.status, again.body, again.headers['idempotent-replayed']],
-      runs: running.app.get(StatementNamesController).runs.get(id),
+      runs: app.app.get(StatementNamesController).runs.get(id),
       effects: await effects(id),
       claims: await claims(id, NAMES_REQUEST_SCOPE),
     }).toEqual({
