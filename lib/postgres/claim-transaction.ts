@@ -15,8 +15,8 @@ import {
   executeArguments,
   inlineLiterals,
   mustWriteStatement,
+  literal,
   parameterLiterals,
-  quoteLiteral,
   statementTemplate,
   type StatementTemplate,
 } from './inline-parameters.js';
@@ -1032,8 +1032,9 @@ function remember(client: PoolClient, name: string, prepared: boolean): void {
 
 /**
  * The claim's values as literals for the simple protocol, which takes no parameters: quoted as pg
- * quotes them (quoteLiteral; a delivery without a fingerprint has a NULL one). As many as `claim`
- * takes (ClaimStatement.parameters: the claim at commit, its scope and key), then the variant's.
+ * quotes them, by literal() as the COMMIT's statements are (a delivery without a fingerprint has a
+ * NULL one). As many as `claim` takes (ClaimStatement.parameters: the claim at commit, its scope and
+ * key), then the variant's.
  */
 function claimLiterals(
   client: PoolClient,
@@ -1044,5 +1045,5 @@ function claimLiterals(
   const sent = claim.parameters === undefined ? values : values.slice(0, claim.parameters);
   const given = variant ? [...sent, ...variant.values] : sent;
   const escape = (value: string) => client.escapeLiteral(value);
-  return given.map((value) => (value === null ? 'NULL' : quoteLiteral(value, escape)));
+  return given.map((value) => literal(value, escape));
 }

@@ -409,7 +409,8 @@ function prepareClaimSql(claim: ClaimStatement, types: readonly string[]): strin
  * statement (preceded by its PREPARE on a connection that has not run it); unprepared (behind a
  * transaction-mode pooler, where the next transaction may run on a server connection that never
  * saw the PREPARE), the claim's own text with the values inlined. The simple protocol takes no
- * parameters, so the values come as literals, quoted as pg's `escapeLiteral` quotes them (quoteLiteral).
+ * parameters, so the values come as literals, quoted as pg's `escapeLiteral` quotes them
+ * (inline-parameters.ts's literal()).
  * `claim` and `types` stand for a statement that claims and does more in the same query (the
  * ordering guard's: ordered-claim.sql.ts); it takes the claim's values first, then its own.
  */

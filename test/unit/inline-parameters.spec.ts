@@ -1,12 +1,12 @@
 import { describe, expect, it } from '@jest/globals';
 import fc from 'fast-check';
 import pg from 'pg';
-import { inlineParameters, quoteLiteral } from '../../lib/postgres/inline-parameters.js';
+import { inlineParameters, literal } from '../../lib/postgres/inline-parameters.js';
 
 /** pg's own quoting, as the claim transaction uses it. */
 const escape = (value: string) => pg.Client.prototype.escapeLiteral.call(null, value);
 
-describe('quoteLiteral', () => {
+describe('literal', () => {
   it.each([
     ['a plain string', 'evt_1'],
     ['the empty string', ''],
@@ -14,7 +14,7 @@ describe('quoteLiteral', () => {
     ['a backslash', 'a\\b'],
     ['both', "a\\'b"],
   ])('quotes %s as pg does', (_what, value) => {
-    expect(quoteLiteral(value, escape)).toBe(escape(value));
+    expect(literal(value, escape)).toBe(escape(value));
   });
 
   it('quotes any string exactly as pg does, quotes, backslashes and every code unit included', () => {
@@ -25,7 +25,7 @@ describe('quoteLiteral', () => {
     );
     const text = fc.array(unit, { maxLength: 40 }).map((units) => units.join(''));
     fc.assert(
-      fc.property(text, (value) => quoteLiteral(value, escape) === escape(value)),
+      fc.property(text, (value) => literal(value, escape) === escape(value)),
       { numRuns: 2000 },
     );
   });
