@@ -87,7 +87,12 @@ export class ClaimDatabase implements OnModuleInit {
     this.executor = new StatementExecutor(dataSource, this.prepared);
     this.versions = versionTable(this.table);
     this.ordered = orderedClaimStatements(this.table, this.versions);
-    this.checkedOrdered = orderedClaimStatements(this.table, this.versions, true);
+    this.checkedOrdered = orderedClaimStatements(
+      this.table,
+      this.versions,
+      true,
+      this.checkedStatements.storeResponse,
+    );
     this.versionMaintenance = versionMaintenanceStatements(this.versions, config);
   }
 

@@ -37,6 +37,12 @@ import { claimQuery, isPreparedStatementMiss, type ClaimStatement } from './stat
 interface DeferredStatement {
   template: StatementTemplate;
   literals: readonly string[];
+  /**
+   * A companion of this transaction's claim (ClaimStatement.companions): the name its session has
+   * it under, EXECUTEd; null where the claim ran inline, so the session may lack it: inlined.
+   * Undefined for any other statement: prepared under the template's name by the COMMIT itself.
+   */
+  preparedAs?: string | null;
 }
 import {
   adoptTransaction,
@@ -257,6 +263,11 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
    * the insert is collected (beforeCommit), and when the claim has its row already.
    */
   private pendingClaim?: ClaimValues;
+  /**
+   * The first claim of this transaction with companions (ClaimStatement.companions) that ran
+   * prepared: its round PREPAREd them, or found the claim on the session, which holds them.
+   */
+  private preparedClaim?: ClaimStatement;
   /** release() was called: the runner's release from then on is ours, not a lost connection's. */
   private released = false;
   /**
@@ -468,7 +479,7 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
     const how = this.howToSend(client, claim.name, 1);
     return sendQuery(client, claimAfterSql(statements, head, literals, how, claim, variant?.types)).then(
       (answer) => {
-        const row = this.claimAnswered(client, answer, how, claim.name, variant);
+        const row = this.claimAnswered(client, answer, how, claim, variant);
         return this.settledAtOnce(row, values, check) ?? this.settle(client, row, values, check);
       },
       async (error: unknown) => {
@@ -515,11 +526,12 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
     client: PoolClient,
     answer: QueryResult,
     how: 'inline' | 'execute' | 'prepare-and-execute',
-    name: string,
+    claim: ClaimStatement,
     variant?: ClaimVariant,
   ): ClaimRow {
     const results = answer as unknown as QueryResult[];
-    if (how === 'prepare-and-execute') remember(client, name, true);
+    if (how === 'prepare-and-execute') remember(client, claim.name, true);
+    if (how !== 'inline' && claim.companions) this.preparedClaim ??= claim;
     const row = results[results.length - 1].rows[0] as ClaimRow;
     variant?.answered(row as unknown as Record<string, unknown>);
     return row;
@@ -569,7 +581,7 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
         const answer = await client.query(
           claimAfterSql(statements, head, literals, how, claim, variant?.types),
         );
-        return this.claimAnswered(client, answer, how, claim.name, variant);
+        return this.claimAnswered(client, answer, how, claim, variant);
       } catch (error) {
         this.claimRoundFailed(client, error, how, claim.name, round);
         await client.query(undo);
@@ -810,6 +822,16 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
    * of the message to integer, evaluated only then), which stops the query before its COMMIT.
    */
   beforeCommit(text: string, values: readonly unknown[], mustWrite?: string): void {
+    this.defer(text, values, mustWrite);
+  }
+
+  /** beforeCommit(), and for a companion of the claim how its session has it (DeferredStatement.preparedAs). */
+  private defer(
+    text: string,
+    values: readonly unknown[],
+    mustWrite: string | undefined,
+    preparedAs?: string | null,
+  ): void {
     const client = this.openClient();
     const escape = (value: string) => client.escapeLiteral(value);
     let template = statementTemplate(text);
@@ -823,7 +845,7 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
     // Quoted now, so a value that cannot be stored is refused to the handler that gave it.
     const literals = parameterLiterals(template, given, escape);
     if (mustWrite !== undefined) (this.mustWrite ??= []).push(mustWrite);
-    (this.deferred ??= []).push({ template, literals });
+    (this.deferred ??= []).push({ template, literals, preparedAs });
   }
 
   /**
@@ -838,16 +860,25 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
     const pending = this.pendingClaim;
     // Claimed at commit: the response goes into the claim's own insert; any other claim's row exists.
     if (pending && pending[0] === scope && pending[1] === key) this.collectPendingClaim(response);
-    else this.beforeCommit(statement.text, [scope, key, response]);
+    else this.defer(statement.text, [scope, key, response], undefined, this.companion(statement));
     this.recordedResponse = response;
   }
 
   /** Sends the claim at commit's row, with `response`, with the COMMIT (ClaimStatements.claimAtCommitInsert). */
   private collectPendingClaim(response: StoredResponse | null): void {
     const [scope, key, source, , fingerprint = null] = this.pendingClaim!;
-    const values = [scope, key, source, fingerprint, response];
-    this.beforeCommit(this.options.statements.claimAtCommitInsert!.text, values);
+    const insert = this.options.statements.claimAtCommitInsert!;
+    this.defer(insert.text, [scope, key, source, fingerprint, response], undefined, this.companion(insert));
     this.pendingClaim = undefined;
+  }
+
+  /**
+   * How the COMMIT sends `statement`, a companion of the checked claims (DeferredStatement.preparedAs):
+   * EXECUTEd where a claim round of this transaction left it on the session, else inlined.
+   */
+  private companion(statement: ClaimStatement): string | null {
+    const companions = this.preparedClaim?.companions ?? [];
+    return companions.find((companion) => companion.text === statement.text)?.name ?? null;
   }
 
   /**
@@ -907,16 +938,26 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
    * The deferred statements and the COMMIT as one simple query. Prepared (while the module
    * prepares its statements), each is `EXECUTE` of a statement the connection PREPAREd the first
    * time it sent it, in that same query, so Postgres plans it once per connection; otherwise its
-   * text with the values inlined. A statement that fails stops the query before the COMMIT and
-   * leaves the transaction aborted: it is rolled back here, so that the connection goes back to
-   * the pool clean, and the error is the statement's (a prepared-state miss: retry it all).
+   * text with the values inlined. A companion of the claim (the claim at commit's insert) is never
+   * PREPAREd here: its claim's round saw to it (DeferredStatement.preparedAs), so a pooler's session
+   * cannot miss it and run the handler again. A statement that fails stops the query before the
+   * COMMIT and leaves the transaction aborted: it is rolled back here, so that the connection goes
+   * back to the pool clean, and the error is the statement's (a prepared-state miss: retry it all).
    */
   private commitWithDeferred(client: PoolClient, deferred: DeferredStatement[]): Promise<void> {
     const { prepared } = this.options;
     const known = preparedConnections.get(client);
     const preparing = new Set<string>();
     const parts: string[] = [];
-    for (const { template, literals } of deferred) {
+    for (const { template, literals, preparedAs } of deferred) {
+      if (preparedAs !== undefined) {
+        parts.push(
+          preparedAs === null
+            ? inlineLiterals(template, literals)
+            : `EXECUTE ${preparedAs} ${executeArguments(literals)}`,
+        );
+        continue;
+      }
       if (!prepared.active) {
         parts.push(inlineLiterals(template, literals));
         continue;
@@ -959,9 +1000,10 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
     if (isPreparedStatementMiss(error)) {
       const code = errorCode(error)!;
       // 42P05: a PREPARE found its name there already; 26000: an EXECUTE found it missing.
-      for (const { template } of deferred) {
-        this.options.prepared.missed(template.name, code);
-        remember(client, template.name, code === DUPLICATE_PREPARED_STATEMENT);
+      for (const { template, preparedAs } of deferred) {
+        const name = preparedAs ?? template.name;
+        this.options.prepared.missed(name, code);
+        remember(client, name, code === DUPLICATE_PREPARED_STATEMENT);
       }
       throw new DeferredStatementMissError(code);
     }

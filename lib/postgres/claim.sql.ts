@@ -144,7 +144,9 @@ export interface ClaimStatements {
    * (23505), which stops the query before its COMMIT, and the delivery runs again
    * from its claim (ClaimTakenError). A plain insert rather than `ON CONFLICT DO NOTHING RETURNING`
    * wrapped to fail on no row: the same answer for less of PostgreSQL's work (bench/README, what
-   * storing a response costs). $1 scope, $2 key, $3 source, $4 fingerprint, $5 response.
+   * storing a response costs). Prepared with `claimAtCommit` (its companion), never by the COMMIT:
+   * EXECUTEd where the claim ran prepared, its text inlined where it did not.
+   * $1 scope, $2 key, $3 source, $4 fingerprint, $5 response.
    */
   readonly claimAtCommitInsert?: ClaimStatement;
 }
@@ -157,12 +159,37 @@ export interface ClaimStatements {
  * one process, may word one statement differently, or PREPARE the same text with another count of
  * parameters: with both in the name, a PREPARE that finds the name taken (42P05) has found this
  * very statement, and an EXECUTE can never run another's, nor send it too few or too many values.
+ * `companions` (ClaimStatement.companions) are named too: a session holding a statement under this
+ * name was given them by the same query, which no other release's statement promises.
  */
-export function statementName(role: string, text: string, parameters?: number): string {
+export function statementName(
+  role: string,
+  text: string,
+  parameters?: number,
+  companions: readonly ClaimStatement[] = [],
+): string {
   const hash = createHash('sha256').update(text);
   if (parameters !== undefined) hash.update(`\n${parameters} parameters`);
+  for (const companion of companions) hash.update(`\nprepared with ${companion.name}`);
   return `idempotency_${role}_${hash.digest('hex').slice(0, 16)}`;
 }
+
+/**
+ * `statement` as a companion (ClaimStatement.companions) of the claim whose role is `owner`, under
+ * a name of its own for that claim: claims that share a statement (each checked claim stores a
+ * response) would otherwise each PREPARE it on one session, and the second meet the first's (42P05).
+ */
+export function companionOf(owner: string, role: string, statement: ClaimStatement): ClaimStatement {
+  return { name: statementName(role, `${statement.text}\nprepared with ${owner}`), text: statement.text };
+}
+
+/** A statement of claimStatements(), named (statementName) for its table. */
+type Named = (
+  role: string,
+  text: string,
+  parameters?: number,
+  companions?: readonly ClaimStatement[],
+) => ClaimStatement;
 
 /**
  * The statements for `table`. With `checked` (handlers with key checks: `@IdempotentRequest`,
@@ -177,13 +204,20 @@ export function claimStatements(table: ClaimTable, checked = false): ClaimStatem
   const t = table.sql;
   // The table is part of each text, so two modules sharing a pool with different tables never
   // share a name either.
-  const named = (role: string, text: string, parameters?: number): ClaimStatement => ({
-    name: statementName(role, text, parameters),
+  const named: Named = (role, text, parameters, companions) => ({
+    name: statementName(role, text, parameters, companions),
     text,
     ...(parameters !== undefined && { parameters }),
+    ...(companions && { companions }),
   });
   /** `text` in the checked statements only. */
   const ifChecked = (text: string) => (checked ? text : '');
+  // Sent with the COMMIT (beforeCommit): the row is this transaction's own (inserted or
+  // reclaimed by it, and locked), so it always matches. Prepared with each claim that may precede
+  // it, under that claim's name for it (companionOf).
+  const storeResponse = checked
+    ? named('store_response', `UPDATE ${t} SET response = $3 WHERE scope = $1 AND event_key = $2`)
+    : undefined;
   return {
     table,
     // Checked: stores $5 (the fingerprint) with the claim, and answers a claim that was not
@@ -213,6 +247,8 @@ LEFT JOIN ${t} AS found
             ELSE (SELECT status FROM ${t} WHERE scope = $1 AND event_key = $2) END AS status,
        (SELECT previous FROM bound) AS previous`
 }`,
+      undefined,
+      storeResponse && [companionOf('transaction_claim', 'store_response', storeResponse)],
     ),
     // Checked: takes the new delivery's fingerprint ($5) and forgets any response: the claim is
     // this delivery's now.
@@ -329,15 +365,7 @@ WHERE scope = $1 AND event_key = $2 AND status = 'in_progress'`,
     ),
     currentAttempt: named('current_attempt', `SELECT attempts FROM ${t} WHERE scope = $1 AND event_key = $2`),
     restoreLockTimeout: named('restore_lock_timeout', `SELECT set_config('lock_timeout', $1, true)`),
-    // Sent with the COMMIT (beforeCommit): the row is this transaction's own (inserted or
-    // reclaimed by it, and locked), so it always matches.
-    ...(checked && {
-      storeResponse: named(
-        'store_response',
-        `UPDATE ${t} SET response = $3 WHERE scope = $1 AND event_key = $2`,
-      ),
-      ...claimAtCommitStatements(t, named),
-    }),
+    ...(storeResponse && { storeResponse, ...claimAtCommitStatements(t, named, storeResponse) }),
   };
 }
 
@@ -351,11 +379,18 @@ function keyLock(table: string): string {
   return `${space}, hashtext($1 || chr(10) || $2)`;
 }
 
-/** claimAtCommit and its two companions (see ClaimStatements). */
+/** claimAtCommit and the two statements that go with it (see ClaimStatements). */
 function claimAtCommitStatements(
   t: string,
-  named: (role: string, text: string, parameters?: number) => ClaimStatement,
+  named: Named,
+  storeResponse: ClaimStatement,
 ): Pick<ClaimStatements, 'claimAtCommit' | 'claimAtCommitWait' | 'claimAtCommitInsert'> {
+  const insert = named(
+    'claim_at_commit_insert',
+    `
+INSERT INTO ${t} (scope, event_key, source, status, completed_at, fingerprint, response)
+VALUES ($1, $2, $3, 'done', now(), $4, $5)`,
+  );
   return {
     claimAtCommit: named(
       'claim_at_commit',
@@ -370,6 +405,11 @@ FROM bound
 LEFT JOIN ${t} AS found ON found.scope = $1 AND found.event_key = $2`,
       // Its scope and key alone: the claim's other values go with the insert at COMMIT.
       2,
+      // Prepared with the claim, so the COMMIT can EXECUTE them on whatever session the claim met:
+      // prepared there by the COMMIT itself, a PREPARE behind a pooler could meet one that already
+      // has it (42P05) and an EXECUTE one that does not (26000), and the handler would run again.
+      // The response is stored by an UPDATE where the claim reclaims a failed row.
+      [insert, companionOf('claim_at_commit', 'store_response', storeResponse)],
     ),
     claimAtCommitWait: named(
       'claim_at_commit_wait',
@@ -380,12 +420,7 @@ SELECT set_config('lock_timeout', $4, true) AS lock_timeout,
        current_setting('transaction_isolation') = 'read committed' AS fresh_snapshots
 FROM locked`,
     ),
-    claimAtCommitInsert: named(
-      'claim_at_commit_insert',
-      `
-INSERT INTO ${t} (scope, event_key, source, status, completed_at, fingerprint, response)
-VALUES ($1, $2, $3, 'done', now(), $4, $5)`,
-    ),
+    claimAtCommitInsert: insert,
   };
 }
 
@@ -398,9 +433,15 @@ export function prepareTransactionClaimSql(statements: ClaimStatements, paramete
   return prepareClaimSql(statements.transactionClaim, Array<string>(parameters).fill('text'));
 }
 
-/** PREPARE of `claim` (the transaction claim, or a variant that does more: ordered-claim.sql.ts). */
+/**
+ * PREPARE of `claim` (the transaction claim, or a variant that does more: ordered-claim.sql.ts),
+ * its companions first: a session that has the claim has them (ClaimStatement.companions).
+ */
 function prepareClaimSql(claim: ClaimStatement, types: readonly string[]): string {
-  return `PREPARE ${claim.name} (${types.join(', ')}) AS${claim.text}`;
+  let companions = '';
+  for (const companion of claim.companions ?? [])
+    companions += `PREPARE ${companion.name} AS ${companion.text}; `;
+  return `${companions}PREPARE ${claim.name} (${types.join(', ')}) AS${claim.text}`;
 }
 
 /**

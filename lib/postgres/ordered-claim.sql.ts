@@ -12,11 +12,10 @@
  * advances nothing; the lock is held to the COMMIT either way, so writing at the claim costs no
  * more contention than writing at the COMMIT would.
  */
-import { DURABLE_COMMIT } from './claim.sql.js';
+import { companionOf, DURABLE_COMMIT, statementName } from './claim.sql.js';
 import type { ClaimTable } from './claim-table.js';
 import type { ClaimStatement } from './statement-executor.js';
 import type { VersionTable } from './version-table.js';
-import { statementName } from './claim.sql.js';
 
 /** The ordered claims of one claims table: equal versions applied, or stale. */
 export interface OrderedClaimStatements {
@@ -76,6 +75,8 @@ export function orderedClaimStatements(
   claims: ClaimTable,
   versions: VersionTable,
   checked = false,
+  /** The checked statements' storeResponse, prepared with each (ClaimStatement.companions). */
+  storeResponse?: ClaimStatement,
 ): OrderedClaimStatements {
   // The guard's parameters follow the claim's: after the fingerprint when there is one.
   const [gs, entity, version] = checked ? ['$6', '$7', '$8'] : ['$5', '$6', '$7'];
@@ -118,7 +119,12 @@ SELECT o.claimed,
             ELSE (SELECT version::text FROM ${versions.sql} WHERE scope = ${gs} AND entity = ${entity}) END AS applied_version${found},
        set_config('lock_timeout', b.previous, true) AS lock_timeout
 FROM outcome AS o, bound AS b`;
-    return { name: statementName(role, text), text };
+    const companions = storeResponse && [companionOf(role, 'store_response', storeResponse)];
+    return {
+      name: statementName(role, text, undefined, companions),
+      text,
+      ...(companions && { companions }),
+    };
   };
   const checkedRole = checked ? '_checked' : '';
   return {

@@ -20,6 +20,13 @@ export interface ClaimStatement {
    * undefined, sent with all of the claim's values.
    */
   readonly parameters?: number;
+  /**
+   * Statements PREPAREd in the same query as this one, just before it, and part of its name
+   * (statementName): a server session that has this statement has them too, so a transaction whose
+   * claim ran prepared may EXECUTE them at its COMMIT even behind a transaction-mode pooler (the
+   * claim at commit's insert). Default: none.
+   */
+  readonly companions?: readonly ClaimStatement[];
 }
 
 /**

@@ -13,6 +13,8 @@ const SHORT_WAIT_MS = 200;
 const LONG_WAIT_MS = 10_000;
 /** No request of this file may take longer; a hang fails with the request named. */
 const ANSWER_MS = 20_000;
+/** The scope of the fixture's request-mode route (IdempotencyKeyFixtureController.pay). */
+const PAY_SCOPE = 'IdempotencyKeyFixtureController.pay';
 /** The stress test's keys, copies of each, and requests in flight at once. */
 const KEYS = 40;
 const COPIES = 3;
@@ -136,13 +138,30 @@ describe.each(ROUTES)('Idempotency-Key across replicas (%s)', (route) => {
        WHERE l.locktype = 'advisory' AND l.granted = $1 AND d.datname = $2`,
       [granted, db.name],
     );
-  /** Sessions holding a write lock on the claims table: a claim row inserted and not committed. */
-  const claimWriters = () =>
-    db.count(
-      `SELECT count(*) FROM pg_locks
-       WHERE database = (SELECT oid FROM pg_database WHERE datname = current_database())
-         AND relation = 'processed_events'::regclass AND mode = 'RowExclusiveLock' AND pid <> pg_backend_pid()`,
-    );
+  /**
+   * Whether a claim row for `key` of `scope` is there, committed or not: another session's insert
+   * of it finds a committed one, or waits on an uncommitted one until its lock_timeout (55P03).
+   * Rolled back either way.
+   */
+  const claimRowThere = async (scope: string, key: string) => {
+    const probe = await db.pool.connect();
+    try {
+      await probe.query('BEGIN');
+      await probe.query(`SET LOCAL lock_timeout = '200ms'`);
+      const inserted = await probe.query(
+        `INSERT INTO processed_events (scope, event_key, source, status, completed_at)
+         VALUES ($1, $2, 'probe', 'done', now()) ON CONFLICT DO NOTHING`,
+        [scope, `user_a:${key}`],
+      );
+      return inserted.rowCount === 0;
+    } catch (error) {
+      if ((error as { code?: string }).code === '55P03') return true;
+      throw error;
+    } finally {
+      await probe.query('ROLLBACK');
+      probe.release();
+    }
+  };
 
   it('holds the key with a lock while the first runs and writes its claim row, with the response, at the COMMIT', async () => {
     const id = `ord_locked_${route}`;
@@ -150,13 +169,15 @@ describe.each(ROUTES)('Idempotency-Key across replicas (%s)', (route) => {
     const first = pay(a, key, { id, block: true });
     await a.app.get(Gates).entered(id);
     expect(await advisoryLocks(true)).toBe(1);
-    expect(await claimWriters()).toBe(0);
+    expect(await claimRowThere(PAY_SCOPE, key)).toBe(false);
     a.app.get(Gates).open(id);
     const answer = await first;
     expect(answer.status).toBe(201);
     expect(await advisoryLocks(true)).toBe(0);
+    expect(await claimRowThere(PAY_SCOPE, key)).toBe(true);
     expect(await claim(key)).toEqual([
       expect.objectContaining({
+        scope: PAY_SCOPE,
         status: 'done',
         response: expect.objectContaining({ status: 201, body: answer.body }),
       }),

@@ -384,9 +384,10 @@ describe.each(ADAPTERS)('ordering guard on the wire (%s)', (adapter) => {
     // Round trips: the claim query, the handler's two statements, the COMMIT.
     expect(first).toHaveLength(unordered.length);
     expect(second).toHaveLength(unordered.length);
+    // Its companion first (the response's store, ClaimStatement.companions), then itself.
     expect(first[0]).toMatch(
       new RegExp(
-        `^BEGIN; PREPARE ${ordered.applyEqual.name} .*; EXECUTE ${ordered.applyEqual.name} \\(`,
+        `^BEGIN; PREPARE ${ordered.applyEqual.companions![0].name} AS .*; PREPARE ${ordered.applyEqual.name} .*; EXECUTE ${ordered.applyEqual.name} \\(`,
         's',
       ),
     );

@@ -3,6 +3,7 @@ import pg from 'pg';
 import request from 'supertest';
 import { ClaimDatabase } from '../../lib/postgres/claim-database.js';
 import type { PreparedStatementsOption } from '../../lib/postgres/prepared-statements.js';
+import { NAMES_REQUEST_SCOPE, StatementNamesController } from '../fixtures/statement-names.fixture.js';
 import { WebhookFixtureModule } from '../fixtures/webhook-fixture.module.js';
 import { startApp, type RunningApp } from '../support/app.js';
 import { CLAIM_SQL, PREPARE_TRANSACTION_CLAIM } from '../support/claim-sql.js';
@@ -10,6 +11,7 @@ import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import { pgBouncerPerFile } from '../support/database-routes.js';
 import { LogCapture } from '../support/log-capture.js';
 import type { PgBouncer } from '../support/pgbouncer.js';
+import { waitUntil } from '../support/wait-until.js';
 
 /** The app's pg pool: more client connections than PgBouncer has server connections below. */
 const APP_CONNECTIONS = 8;
@@ -103,6 +105,8 @@ const roundRobinPooler = pgBouncerPerFile({ poolSize: 2, serverRoundRobin: true 
 // Session mode ties a client connection to one server connection for its life: the server pool
 // must hold the app's whole pool, as it must in production.
 const sessionPooler = pgBouncerPerFile({ poolMode: 'session', poolSize: APP_CONNECTIONS });
+// One server connection: every transaction of every client meets the statements the others left.
+const oneServerPooler = pgBouncerPerFile({ poolSize: 1 });
 
 /**
  * Through PgBouncer, default options, both modes: hundreds of deliveries, a third of them
@@ -286,5 +290,149 @@ describe('a transaction claim that misses on every server connection it meets', 
       [id],
     );
     expect(rows).toEqual([{ status: 'done', attempts: 1 }]);
+  });
+});
+
+/**
+ * The claim at commit's insert travels in the COMMIT's query, EXECUTEd. A transaction-mode pooler
+ * pins a server session to a transaction from its BEGIN to its COMMIT, but not from one
+ * transaction to the next: what a client connection believes it prepared says nothing of the
+ * session its next transaction meets. Prepared by the COMMIT itself, the insert met a session that
+ * another replica had given it (42P05) or one that never had it (26000): the transaction was lost
+ * and the handler ran again. It is prepared with the claim now (its companion), where a miss only
+ * sends the claim again, and a COMMIT EXECUTEs it only on a session its claim proved has it.
+ * preparedStatements: true, so that the misses never turn preparing off.
+ */
+describe('the claim at commit behind a pooler that hands one session to every client', () => {
+  let db: TestDatabase;
+  const running: RunningApp[] = [];
+
+  beforeAll(async () => {
+    db = await createTestDatabase();
+  });
+
+  afterEach(async () => {
+    await Promise.all(running.splice(0).map((app) => app.close()));
+  });
+
+  afterAll(async () => {
+    await db?.drop();
+  });
+
+  /** A replica of the request-mode fixture on one pool connection, through the one-session pooler. */
+  async function replica() {
+    const app = await startApp('express', [
+      WebhookFixtureModule.forDatabase({
+        databaseUrl: oneServerPooler().urlFor(db.url),
+        poolSize: 1,
+        controllers: [StatementNamesController],
+        idempotency: { preparedStatements: true, reporter: false },
+      }),
+    ]);
+    running.push(app);
+    const controller = app.app.get(StatementNamesController);
+    return {
+      app,
+      prepared: app.app.get(ClaimDatabase, { strict: false }).prepared,
+      runs: (key: string) => controller.runs.get(key),
+      failing: controller.failing,
+      send: (key: string) =>
+        request(app.url).post('/names/refunds').set('Idempotency-Key', `"${key}"`).send({ id: key }),
+    };
+  }
+
+  /** What a request for `key` left: its effects and its claim row, with the stored status. */
+  const left = async (key: string) => ({
+    effects: await db.count('SELECT count(*) FROM downstream_calls WHERE event_id = $1', [key]),
+    claims: (
+      await db.pool.query(
+        `SELECT status, response->'status' AS stored FROM processed_events WHERE scope = $1 AND event_key = $2`,
+        [NAMES_REQUEST_SCOPE, key],
+      )
+    ).rows,
+  });
+
+  it('a replica whose session another replica prepared: 42P05 sends the claim again, and the handler runs once', async () => {
+    const a = await replica();
+    const b = await replica();
+    expect((await a.send('key_pooled_a')).status).toBe(201);
+
+    // B's connection never prepared anything; the one session has A's statements.
+    const first = await b.send('key_pooled_b');
+    const again = await b.send('key_pooled_b');
+    expect({
+      first: [first.status, first.body, first.headers['idempotent-replayed']],
+      again: [again.status, again.body, again.headers['idempotent-replayed']],
+      runs: b.runs('key_pooled_b'),
+      ...(await left('key_pooled_b')),
+    }).toEqual({
+      first: [201, { processed: 'key_pooled_b' }, undefined],
+      again: [201, { processed: 'key_pooled_b' }, 'true'],
+      runs: 1,
+      effects: 1,
+      claims: [{ status: 'done', stored: 201 }],
+    });
+    // The scenario happened: B's first claim met the session's statements (42P05).
+    expect(b.prepared.missCount).toBeGreaterThanOrEqual(1);
+  });
+
+  it('a replica that stores the response of a retried key (an UPDATE at the COMMIT) on a session another replica prepared: the handler runs once more, not twice', async () => {
+    const a = await replica();
+    const b = await replica();
+    // A key that failed and is retried: its row is there (failed), so the response is stored by
+    // an UPDATE sent with the COMMIT. A sends one first, leaving it on the one session.
+    for (const { replica: r, key } of [
+      { replica: a, key: 'key_retried_a' },
+      { replica: b, key: 'key_retried_b' },
+    ]) {
+      r.failing.add(key);
+      expect((await r.send(key)).status).toBe(500);
+      r.failing.delete(key);
+      expect((await r.send(key)).status).toBe(201);
+    }
+    const again = await b.send('key_retried_b');
+    expect({
+      again: [again.status, again.body, again.headers['idempotent-replayed']],
+      runs: b.runs('key_retried_b'),
+      ...(await left('key_retried_b')),
+    }).toEqual({
+      again: [201, { processed: 'key_retried_b' }, 'true'],
+      runs: 2,
+      effects: 1,
+      claims: [{ status: 'done', stored: 201 }],
+    });
+  });
+
+  it('a replica whose session is replaced by one that never prepared: 26000 sends the claim again, and the handler runs once', async () => {
+    const a = await replica();
+    expect((await a.send('key_replaced_1')).status).toBe(201);
+
+    // The pooler's one session, ended: PgBouncer opens a new one, which has prepared nothing.
+    const probe = new pg.Client({ connectionString: oneServerPooler().urlFor(db.url) });
+    await probe.connect();
+    let pid: number;
+    try {
+      pid = (await probe.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0].pid;
+    } finally {
+      await probe.end();
+    }
+    await db.pool.query('SELECT pg_terminate_backend($1)', [pid]);
+    await waitUntil(
+      async () => (await oneServerPooler().pool(db.name)).servers === 0,
+      'PgBouncer closing the ended session',
+    );
+
+    const answer = await a.send('key_replaced_2');
+    expect({
+      answer: [answer.status, answer.body],
+      runs: a.runs('key_replaced_2'),
+      ...(await left('key_replaced_2')),
+    }).toEqual({
+      answer: [201, { processed: 'key_replaced_2' }],
+      runs: 1,
+      effects: 1,
+      claims: [{ status: 'done', stored: 201 }],
+    });
+    expect(a.prepared.missCount).toBeGreaterThanOrEqual(1);
   });
 });

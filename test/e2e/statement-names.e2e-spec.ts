@@ -146,14 +146,19 @@ describe.each(onAdapter('express'))('a foreign statement under the claim stateme
       claims: [{ status: 'done', attempts: 1 }],
     });
 
-    // The one connection holds both: the old statement untouched, this release's under its own name.
+    // The one connection holds both: the old statement untouched, this release's under its own
+    // name, with the insert it is prepared with.
     const prepared = (await dataSource.query(
       `SELECT pg_backend_pid() AS pid, array_agg(name::text) AS names
        FROM pg_prepared_statements WHERE name LIKE 'idempotency_claim_at_commit%'`,
     )) as { pid: number; names: string[] }[];
     expect({ ...prepared[0], names: prepared[0].names.sort() }).toEqual({
       pid,
-      names: [OLD_CLAIM_AT_COMMIT_NAME, CLAIM_SQL.claimAtCommit!.name].sort(),
+      names: [
+        OLD_CLAIM_AT_COMMIT_NAME,
+        CLAIM_SQL.claimAtCommit!.name,
+        CLAIM_SQL.claimAtCommitInsert!.name,
+      ].sort(),
     });
   });
 });

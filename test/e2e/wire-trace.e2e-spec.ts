@@ -125,7 +125,9 @@ describe.each(onAdapter('express'))('the statements on the wire (%s)', (adapter)
     const preparedClaims = (running: RunningApp): Promise<{ name: string }[]> =>
       running.app
         .get(DataSource)
-        .query(`SELECT name FROM pg_prepared_statements WHERE name LIKE 'idempotency_%'`);
+        .query(`SELECT name FROM pg_prepared_statements WHERE name LIKE 'idempotency_%' ORDER BY name`);
+    /** What the transaction claim's PREPARE leaves: the claim and its companion (storeResponse's). */
+    const TRANSACTION_CLAIM_PREPARED = statementNames('transactionClaim').map((name) => ({ name }));
 
     it('re-prepares after DEALLOCATE ALL, for a duplicate and for a new event', async () => {
       await withApp({ poolSize: 1 }, async (running) => {
@@ -138,7 +140,7 @@ describe.each(onAdapter('express'))('the statements on the wire (%s)', (adapter)
           'BEGIN; EXECUTE',
           'ROLLBACK',
         ]);
-        expect(await preparedClaims(running)).toEqual([{ name: CLAIM_SQL.transactionClaim.name }]);
+        expect(await preparedClaims(running)).toEqual(TRANSACTION_CLAIM_PREPARED);
 
         // The connection forgets the statement; the module still believes it has it.
         await running.app.get(DataSource).query('DEALLOCATE ALL');
@@ -172,7 +174,7 @@ describe.each(onAdapter('express'))('the statements on the wire (%s)', (adapter)
           expect(await orders(id)).toBe(1);
           expect(await claims(id)).toBe(1);
         }
-        expect(await preparedClaims(running)).toEqual([{ name: CLAIM_SQL.transactionClaim.name }]);
+        expect(await preparedClaims(running)).toEqual(TRANSACTION_CLAIM_PREPARED);
       });
     });
 
@@ -264,7 +266,7 @@ describe.each(onAdapter('express'))('the statements on the wire (%s)', (adapter)
       await withApp({ poolSize: 1 }, async (running) => {
         const connection = await onlyConnection(running);
         await running.app.get(DataSource).query(PREPARE_TRANSACTION_CLAIM);
-        expect(await preparedClaims(running)).toEqual([{ name: CLAIM_SQL.transactionClaim.name }]);
+        expect(await preparedClaims(running)).toEqual(TRANSACTION_CLAIM_PREPARED);
 
         const id = `evt_preprepared_${adapter}`;
         await deliverTwice(running, '/claims/by-id', id);
@@ -272,7 +274,7 @@ describe.each(onAdapter('express'))('the statements on the wire (%s)', (adapter)
         expect(handled(running, 'by-id', id)).toBe(1);
         expect(await orders(id)).toBe(1);
         expect(await claims(id)).toBe(1);
-        expect(await preparedClaims(running)).toEqual([{ name: CLAIM_SQL.transactionClaim.name }]);
+        expect(await preparedClaims(running)).toEqual(TRANSACTION_CLAIM_PREPARED);
       });
     });
 
@@ -296,7 +298,7 @@ describe.each(onAdapter('express'))('the statements on the wire (%s)', (adapter)
           await holder.query('ROLLBACK');
           holder.release();
         }
-        expect(await preparedClaims(running)).toEqual([{ name: CLAIM_SQL.transactionClaim.name }]);
+        expect(await preparedClaims(running)).toEqual(TRANSACTION_CLAIM_PREPARED);
 
         await deliverTwice(running, '/claims/by-id', id);
         // The PREPARE ran before the claim timed out, and outlived the rollback: the next claim
@@ -320,7 +322,7 @@ describe.each(onAdapter('express'))('the statements on the wire (%s)', (adapter)
         expect(failed.status).toBe(500);
         expect(await orders(id)).toBe(0);
         expect(await claims(id)).toBe(0);
-        expect(await preparedClaims(running)).toEqual([{ name: CLAIM_SQL.transactionClaim.name }]);
+        expect(await preparedClaims(running)).toEqual(TRANSACTION_CLAIM_PREPARED);
 
         await deliverTwice(running, '/claims/throws-after-write', id);
         expect(transactionControl(connection.sent)).toEqual(ROLLED_BACK_THEN_DELIVERED_TWICE);

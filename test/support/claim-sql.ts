@@ -2,6 +2,7 @@ import { DEFAULTS } from '../../lib/idempotency.constants.js';
 import { claimTable } from '../../lib/postgres/claim-table.js';
 import { claimStatements, prepareTransactionClaimSql } from '../../lib/postgres/claim.sql.js';
 import { maintenanceStatements } from '../../lib/postgres/maintenance.sql.js';
+import type { ClaimStatement } from '../../lib/postgres/statement-executor.js';
 
 /**
  * The statements `@IdempotentWebhook` handlers send on the default claims table (migrated, so
@@ -19,7 +20,15 @@ export const maintenanceSql = (retentionBatchSize: number = DEFAULTS.retentionBa
 /** The default table's SQL-level PREPARE of the transaction claim. */
 export const PREPARE_TRANSACTION_CLAIM = prepareTransactionClaimSql(CLAIM_SQL, 5);
 
-/** The prepared names of the given statements of the default table, sorted as pg_prepared_statements lists them. */
+/**
+ * The names the given statements of the default table leave on a session once prepared, each with
+ * its companions (ClaimStatement.companions), sorted as pg_prepared_statements lists them.
+ */
 export function statementNames(...roles: (keyof Omit<typeof CLAIM_SQL, 'table'>)[]): string[] {
-  return roles.map((role) => CLAIM_SQL[role]!.name).sort();
+  return roles
+    .flatMap((role) => {
+      const { name, companions = [] } = CLAIM_SQL[role] as ClaimStatement;
+      return [name, ...companions.map((companion) => companion.name)];
+    })
+    .sort();
 }

@@ -1,6 +1,11 @@
 import { describe, expect, it } from '@jest/globals';
 import { claimTable } from '../../lib/postgres/claim-table.js';
-import { claimStatements, statementName, type ClaimStatements } from '../../lib/postgres/claim.sql.js';
+import {
+  claimStatements,
+  companionOf,
+  statementName,
+  type ClaimStatements,
+} from '../../lib/postgres/claim.sql.js';
 
 /** Every named statement of a table's set, by role. */
 function named(statements: ClaimStatements): [string, { name: string; text: string }][] {
@@ -44,12 +49,47 @@ describe('prepared statement names', () => {
     const base = statementName('claim_at_commit', TEXT);
     expect(statementName('claim_at_commit', TEXT, 2)).not.toBe(base);
     expect(statementName('claim_at_commit', TEXT, 2)).not.toBe(statementName('claim_at_commit', TEXT, 5));
-    const { claimAtCommit } = claimStatements(claimTable(undefined), true);
+    const { claimAtCommit, claimAtCommitInsert, storeResponse } = claimStatements(
+      claimTable(undefined),
+      true,
+    );
+    const companions = [
+      claimAtCommitInsert!,
+      companionOf('claim_at_commit', 'store_response', storeResponse!),
+    ];
     expect(claimAtCommit).toEqual({
-      name: statementName('claim_at_commit', claimAtCommit!.text, 2),
+      name: statementName('claim_at_commit', claimAtCommit!.text, 2, companions),
       text: claimAtCommit!.text,
       parameters: 2,
+      companions,
     });
+  });
+
+  it('differ when only the statements prepared with one differ', () => {
+    // A session holding the claim at commit under its name was given its insert by the same query;
+    // another release's claim, prepared without it (or with another), must not share the name.
+    const { claimAtCommit, claimAtCommitInsert } = claimStatements(claimTable(undefined), true);
+    const { text } = claimAtCommit!;
+    const other = { name: statementName('claim_at_commit_insert', `${claimAtCommitInsert!.text} `), text };
+    const names = [
+      claimAtCommit!.name,
+      statementName('claim_at_commit', text, 2),
+      statementName('claim_at_commit', text, 2, [other]),
+      statementName('claim_at_commit', text, 2, [claimAtCommitInsert!, other]),
+    ];
+    expect(new Set(names).size).toBe(names.length);
+  });
+
+  it('give a statement several claims are prepared with a name of its own with each', () => {
+    // Two claims PREPAREing one name on a session: the second would meet the first's (42P05).
+    const checked = claimStatements(claimTable(undefined), true);
+    const stores = [checked.transactionClaim, checked.claimAtCommit!].flatMap((claim) =>
+      claim.companions!.filter((companion) => companion.text === checked.storeResponse!.text),
+    );
+    expect(stores).toHaveLength(2);
+    const names = [checked.storeResponse!.name, ...stores.map((store) => store.name)];
+    expect(new Set(names).size).toBe(3);
+    for (const name of names) expect(name).toMatch(/^idempotency_store_response_[0-9a-f]{16}$/);
   });
 
   it("differ between statements of different texts, across a set and two tables' sets", () => {
