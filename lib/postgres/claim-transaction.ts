@@ -938,9 +938,9 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
    * The deferred statements and the COMMIT as one simple query. Prepared (while the module
    * prepares its statements), each is `EXECUTE` of a statement the connection PREPAREd the first
    * time it sent it, in that same query, so Postgres plans it once per connection; otherwise its
-   * text with the values inlined. A companion of the claim (the claim at commit's insert) is never
-   * PREPAREd here: its claim's round saw to it (DeferredStatement.preparedAs), so a pooler's session
-   * cannot miss it and run the handler again. A statement that fails stops the query before the
+   * text with the values inlined. A companion of the claim (the claim at commit's insert, a stored
+   * response's UPDATE) is never PREPAREd here: its claim's round saw to it (DeferredStatement.preparedAs),
+   * so a pooler's session cannot miss it and run the handler again. A statement that fails stops the query before the
    * COMMIT and leaves the transaction aborted: it is rolled back here, so that the connection goes
    * back to the pool clean, and the error is the statement's (a prepared-state miss: retry it all).
    */
