@@ -286,6 +286,15 @@ describe.each(ROUTES)('Idempotency-Key across replicas (%s)', (route) => {
         sends.push({ key, id: `ord_stress_${route}_${n}`, app: (n + copy) % 2 === 0 ? a : b });
       }
     }
+    // Every run of the handler draws an order id, rolled back or not: a delivery run again (a
+    // statement its COMMIT missed on a pooled session, a claim taken meanwhile) shows as a draw more.
+    const handlerRuns = async () => {
+      const { rows } = await db.pool.query<{ last_value: string; is_called: boolean }>(
+        'SELECT last_value, is_called FROM orders_id_seq',
+      );
+      return rows[0].is_called ? Number(rows[0].last_value) : 0;
+    };
+    const runsBefore = await handlerRuns();
     const answers: { key: string; status: number; replayed: boolean; body: unknown }[] = [];
     let next = 0;
     const sender = async () => {
@@ -303,6 +312,7 @@ describe.each(ROUTES)('Idempotency-Key across replicas (%s)', (route) => {
     await Promise.all(Array.from({ length: IN_FLIGHT }, sender));
 
     expect(answers.filter((answer) => answer.status !== 201 && answer.status !== 409)).toEqual([]);
+    expect((await handlerRuns()) - runsBefore).toBe(KEYS);
     const firsts = new Map<string, unknown>();
     for (const answer of answers) {
       if (answer.status !== 201 || answer.replayed) continue;
