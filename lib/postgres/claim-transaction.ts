@@ -32,6 +32,13 @@ import {
 import { connectClient, sendQuery } from './pg-promises.js';
 import type { PreparedStatements } from './prepared-statements.js';
 import { claimQuery, isPreparedStatementMiss, type ClaimStatement } from './statement-executor.js';
+import {
+  adoptTransaction,
+  attachConnection,
+  forgetTransaction,
+  listenForErrors,
+  releaseRunner,
+} from './typeorm-internals.js';
 
 /** A statement to send with the COMMIT, its values already quoted. */
 interface DeferredStatement {
@@ -40,17 +47,12 @@ interface DeferredStatement {
   /**
    * A companion of this transaction's claim (ClaimStatement.companions): the name its session has
    * it under, EXECUTEd; null where the claim ran inline, so the session may lack it: inlined.
-   * Undefined for any other statement: prepared under the template's name by the COMMIT itself.
+   * Undefined for any other statement (a handoff's job): EXECUTEd under the template's name where
+   * the connection has prepared it, else PREPAREd by the COMMIT itself; inlined while the module
+   * does not prepare.
    */
   preparedAs?: string | null;
 }
-import {
-  adoptTransaction,
-  attachConnection,
-  forgetTransaction,
-  listenForErrors,
-  releaseRunner,
-} from './typeorm-internals.js';
 
 const claimTransactionOver = () =>
   `The claim transaction is over: SQL through the delivery's executor (and IdempotencyContext.enqueue()) must run inside the handler, before it returns`;

@@ -144,8 +144,8 @@ export interface ClaimStatements {
    * (23505), which stops the query before its COMMIT, and the delivery runs again
    * from its claim (ClaimTakenError). A plain insert rather than `ON CONFLICT DO NOTHING RETURNING`
    * wrapped to fail on no row: the same answer for less of PostgreSQL's work (bench/README, what
-   * storing a response costs). Prepared with `claimAtCommit` (its companion), never by the COMMIT:
-   * EXECUTEd where the claim ran prepared, its text inlined where it did not.
+   * storing a response costs). Prepared with `claimAtCommit` (its companion, under a name of its
+   * own there), never by the COMMIT: EXECUTEd where the claim ran prepared, inlined where it did not.
    * $1 scope, $2 key, $3 source, $4 fingerprint, $5 response.
    */
   readonly claimAtCommitInsert?: ClaimStatement;
@@ -174,13 +174,37 @@ export function statementName(
   return `idempotency_${role}_${hash.digest('hex').slice(0, 16)}`;
 }
 
+/** A statement to PREPARE with a claim (ClaimStatement.companions), and the role it is named for. */
+export interface Companion {
+  readonly role: string;
+  readonly statement: ClaimStatement;
+}
+
 /**
- * `statement` as a companion (ClaimStatement.companions) of the claim whose role is `owner`, under
- * a name of its own for that claim: claims that share a statement (each checked claim stores a
- * response) would otherwise each PREPARE it on one session, and the second meet the first's (42P05).
+ * The claim statement of `role`, `text` and `parameters` (statementName), with `companions`
+ * PREPAREd just before it in its query (ClaimStatement.companions), the two named for each other.
+ * Each companion's name hashes the claim's own, so no other claim, of this release or another,
+ * PREPAREs a statement under it (a statement several claims carry, storeResponse, has a name with
+ * each); and the claim's name hashes theirs, so a session holding it was given them by the same
+ * query.
  */
-export function companionOf(owner: string, role: string, statement: ClaimStatement): ClaimStatement {
-  return { name: statementName(role, `${statement.text}\nprepared with ${owner}`), text: statement.text };
+export function claimWithCompanions(
+  role: string,
+  text: string,
+  parameters: number | undefined,
+  companions: readonly Companion[],
+): ClaimStatement {
+  const own = statementName(role, text, parameters);
+  const prepared = companions.map(({ role: companionRole, statement }) => ({
+    name: statementName(companionRole, `${statement.text}\nprepared with ${own}`),
+    text: statement.text,
+  }));
+  return {
+    name: statementName(role, text, parameters, prepared),
+    text,
+    ...(parameters !== undefined && { parameters }),
+    companions: prepared,
+  };
 }
 
 /** A statement of claimStatements(), named (statementName) for its table. */
@@ -188,7 +212,7 @@ type Named = (
   role: string,
   text: string,
   parameters?: number,
-  companions?: readonly ClaimStatement[],
+  companions?: readonly Companion[],
 ) => ClaimStatement;
 
 /**
@@ -204,17 +228,19 @@ export function claimStatements(table: ClaimTable, checked = false): ClaimStatem
   const t = table.sql;
   // The table is part of each text, so two modules sharing a pool with different tables never
   // share a name either.
-  const named: Named = (role, text, parameters, companions) => ({
-    name: statementName(role, text, parameters, companions),
-    text,
-    ...(parameters !== undefined && { parameters }),
-    ...(companions && { companions }),
-  });
+  const named: Named = (role, text, parameters, companions) =>
+    companions
+      ? claimWithCompanions(role, text, parameters, companions)
+      : {
+          name: statementName(role, text, parameters),
+          text,
+          ...(parameters !== undefined && { parameters }),
+        };
   /** `text` in the checked statements only. */
   const ifChecked = (text: string) => (checked ? text : '');
   // Sent with the COMMIT (beforeCommit): the row is this transaction's own (inserted or
   // reclaimed by it, and locked), so it always matches. Prepared with each claim that may precede
-  // it, under that claim's name for it (companionOf).
+  // it, under a name of its own with each (claimWithCompanions).
   const storeResponse = checked
     ? named('store_response', `UPDATE ${t} SET response = $3 WHERE scope = $1 AND event_key = $2`)
     : undefined;
@@ -248,7 +274,7 @@ LEFT JOIN ${t} AS found
        (SELECT previous FROM bound) AS previous`
 }`,
       undefined,
-      storeResponse && [companionOf('transaction_claim', 'store_response', storeResponse)],
+      storeResponse && [{ role: 'store_response', statement: storeResponse }],
     ),
     // Checked: takes the new delivery's fingerprint ($5) and forgets any response: the claim is
     // this delivery's now.
@@ -409,7 +435,10 @@ LEFT JOIN ${t} AS found ON found.scope = $1 AND found.event_key = $2`,
       // prepared there by the COMMIT itself, a PREPARE behind a pooler could meet one that already
       // has it (42P05) and an EXECUTE one that does not (26000), and the handler would run again.
       // The response is stored by an UPDATE where the claim reclaims a failed row.
-      [insert, companionOf('claim_at_commit', 'store_response', storeResponse)],
+      [
+        { role: 'claim_at_commit_insert', statement: insert },
+        { role: 'store_response', statement: storeResponse },
+      ],
     ),
     claimAtCommitWait: named(
       'claim_at_commit_wait',

@@ -12,7 +12,7 @@
  * advances nothing; the lock is held to the COMMIT either way, so writing at the claim costs no
  * more contention than writing at the COMMIT would.
  */
-import { companionOf, DURABLE_COMMIT, statementName } from './claim.sql.js';
+import { claimWithCompanions, DURABLE_COMMIT, statementName } from './claim.sql.js';
 import type { ClaimTable } from './claim-table.js';
 import type { ClaimStatement } from './statement-executor.js';
 import type { VersionTable } from './version-table.js';
@@ -119,12 +119,9 @@ SELECT o.claimed,
             ELSE (SELECT version::text FROM ${versions.sql} WHERE scope = ${gs} AND entity = ${entity}) END AS applied_version${found},
        set_config('lock_timeout', b.previous, true) AS lock_timeout
 FROM outcome AS o, bound AS b`;
-    const companions = storeResponse && [companionOf(role, 'store_response', storeResponse)];
-    return {
-      name: statementName(role, text, undefined, companions),
-      text,
-      ...(companions && { companions }),
-    };
+    return storeResponse
+      ? claimWithCompanions(role, text, undefined, [{ role: 'store_response', statement: storeResponse }])
+      : { name: statementName(role, text), text };
   };
   const checkedRole = checked ? '_checked' : '';
   return {

@@ -22,9 +22,11 @@ export interface ClaimStatement {
   readonly parameters?: number;
   /**
    * Statements PREPAREd in the same query as this one, just before it, and part of its name
-   * (statementName): a server session that has this statement has them too, so a transaction whose
-   * claim ran prepared may EXECUTE them at its COMMIT even behind a transaction-mode pooler (the
-   * claim at commit's insert). Default: none.
+   * (claimWithCompanions): a server session that has this statement has them too, so a
+   * transaction whose claim ran prepared may EXECUTE them at its COMMIT even behind a
+   * transaction-mode pooler (the claim at commit's insert, a stored response's UPDATE). Such a
+   * statement is only ever PREPAREd with them (claimAfterSql), never sent as a named protocol
+   * statement (claimQuery). Default: none.
    */
   readonly companions?: readonly ClaimStatement[];
 }
@@ -35,7 +37,10 @@ export interface ClaimStatement {
  * trip: Parse, Bind and Execute travel together), which a transaction-mode pooler needs.
  */
 export function claimQuery(statement: ClaimStatement, values: unknown[], prepared: boolean): QueryConfig {
-  return prepared ? { name: statement.name, text: statement.text, values } : { text: statement.text, values };
+  if (!prepared) return { text: statement.text, values };
+  // Named here, it would be on the session without its companions, which its name promises.
+  if (statement.companions) throw new Error(`${statement.name} is prepared with its companions only`);
+  return { name: statement.name, text: statement.text, values };
 }
 
 /** True for an error of a statement that did not run because of the connection's prepared state. */

@@ -2,10 +2,12 @@ import { describe, expect, it } from '@jest/globals';
 import { claimTable } from '../../lib/postgres/claim-table.js';
 import {
   claimStatements,
-  companionOf,
+  claimWithCompanions,
   statementName,
   type ClaimStatements,
 } from '../../lib/postgres/claim.sql.js';
+import { orderedClaimStatements } from '../../lib/postgres/ordered-claim.sql.js';
+import { versionTable } from '../../lib/postgres/version-table.js';
 
 /** Every named statement of a table's set, by role. */
 function named(statements: ClaimStatements): [string, { name: string; text: string }][] {
@@ -53,16 +55,13 @@ describe('prepared statement names', () => {
       claimTable(undefined),
       true,
     );
-    const companions = [
-      claimAtCommitInsert!,
-      companionOf('claim_at_commit', 'store_response', storeResponse!),
-    ];
-    expect(claimAtCommit).toEqual({
-      name: statementName('claim_at_commit', claimAtCommit!.text, 2, companions),
-      text: claimAtCommit!.text,
-      parameters: 2,
-      companions,
-    });
+    expect(claimAtCommit).toEqual(
+      claimWithCompanions('claim_at_commit', claimAtCommit!.text, 2, [
+        { role: 'claim_at_commit_insert', statement: claimAtCommitInsert! },
+        { role: 'store_response', statement: storeResponse! },
+      ]),
+    );
+    expect(claimAtCommit!.parameters).toBe(2);
   });
 
   it('differ when only the statements prepared with one differ', () => {
@@ -70,26 +69,44 @@ describe('prepared statement names', () => {
     // another release's claim, prepared without it (or with another), must not share the name.
     const { claimAtCommit, claimAtCommitInsert } = claimStatements(claimTable(undefined), true);
     const { text } = claimAtCommit!;
-    const other = { name: statementName('claim_at_commit_insert', `${claimAtCommitInsert!.text} `), text };
+    const insert = { role: 'claim_at_commit_insert', statement: claimAtCommitInsert! };
+    const other = {
+      role: 'claim_at_commit_insert',
+      statement: { name: 'x', text: `${claimAtCommitInsert!.text} ` },
+    };
     const names = [
       claimAtCommit!.name,
       statementName('claim_at_commit', text, 2),
-      statementName('claim_at_commit', text, 2, [other]),
-      statementName('claim_at_commit', text, 2, [claimAtCommitInsert!, other]),
+      claimWithCompanions('claim_at_commit', text, 2, [insert]).name,
+      claimWithCompanions('claim_at_commit', text, 2, [other]).name,
+      claimWithCompanions('claim_at_commit', text, 2, [insert, other]).name,
     ];
     expect(new Set(names).size).toBe(names.length);
   });
 
-  it('give a statement several claims are prepared with a name of its own with each', () => {
-    // Two claims PREPAREing one name on a session: the second would meet the first's (42P05).
-    const checked = claimStatements(claimTable(undefined), true);
-    const stores = [checked.transactionClaim, checked.claimAtCommit!].flatMap((claim) =>
+  it("name a claim's companions for that claim: another claim, or another wording of it, prepares them under other names", () => {
+    // Two claims PREPAREing one name on a session: the second would meet the first's (42P05), and
+    // could not tell whether its own statement is there. So the statement every checked claim
+    // carries (storeResponse) has a name with each, and a release that rewords a claim renames its
+    // companions even where their own text is unchanged.
+    const table = claimTable(undefined);
+    const checked = claimStatements(table, true);
+    const ordered = orderedClaimStatements(table, versionTable(table), true, checked.storeResponse);
+    const claims = [checked.transactionClaim, checked.claimAtCommit!, ordered.applyEqual, ordered.staleEqual];
+    const stores = claims.flatMap((claim) =>
       claim.companions!.filter((companion) => companion.text === checked.storeResponse!.text),
     );
-    expect(stores).toHaveLength(2);
+    expect(stores).toHaveLength(claims.length);
     const names = [checked.storeResponse!.name, ...stores.map((store) => store.name)];
-    expect(new Set(names).size).toBe(3);
+    expect(new Set(names).size).toBe(names.length);
     for (const name of names) expect(name).toMatch(/^idempotency_store_response_[0-9a-f]{16}$/);
+
+    const reworded = claimWithCompanions('claim_at_commit', `${checked.claimAtCommit!.text} `, 2, [
+      { role: 'claim_at_commit_insert', statement: checked.claimAtCommitInsert! },
+      { role: 'store_response', statement: checked.storeResponse! },
+    ]);
+    const before = checked.claimAtCommit!.companions!.map((companion) => companion.name);
+    for (const companion of reworded.companions!) expect(before).not.toContain(companion.name);
   });
 
   it("differ between statements of different texts, across a set and two tables' sets", () => {
