@@ -55,6 +55,9 @@ const slowTransaction = (scope: string, ms: number, limit: number) =>
 const commitAmbiguousLog = (scope: string, key: string, code: string | undefined, error: unknown) =>
   `COMMIT of ${scope} key ${key} may have committed; the redelivery will tell (SQLSTATE ${code ?? 'none'}): ${describeError(error)}`;
 
+const runsAgainLog = (scope: string, key: string, attempt: number, error: unknown) =>
+  `${scope} key ${key} runs again (try ${attempt} of ${MAX_TRANSACTION_TRIES}): its transaction rolled back after the handler ran (${describeError(error)}), so nothing of that run was written`;
+
 const failureNotRecorded = (scope: string, key: string, error: unknown) =>
   `Could not record the failure of ${scope} key ${key} (${describeError(error)}); the next delivery runs it again all the same`;
 
@@ -224,7 +227,10 @@ export class TransactionStrategy implements ClaimStrategy {
           } catch (error) {
             this.warnIfSlow(spec.scope, performance.now() - started);
             await transaction.rollbackQuietly();
-            if (retriesLeft && isRetryable(error)) continue;
+            if (retriesLeft && isRetryable(error)) {
+              this.logger.debug(runsAgainLog(spec.scope, key, attempt + 1, error));
+              continue;
+            }
             // A lost connection or lasting contention is not the handler's fault: the redelivery
             // can succeed unchanged. A connection lost while the handler waited between statements
             // surfaces as whatever its next statement threw (TypeORM's "already released").
@@ -263,7 +269,10 @@ export class TransactionStrategy implements ClaimStrategy {
               done = transaction;
               break;
             case 'retry':
-              if (retriesLeft) continue;
+              if (retriesLeft) {
+                this.logger.debug(runsAgainLog(spec.scope, key, attempt + 1, committed.error));
+                continue;
+              }
               throw this.unavailable(spec, key, committed.error, claimFailedLog);
             case 'rolled_back': {
               this.logger.error(transactionAbortedLog(spec.scope, key));
