@@ -10,7 +10,7 @@ import {
 import type { ClaimHandle, TransactionExecutor } from '../core/claim-strategy.js';
 import { processWide } from '../core/process-wide.js';
 import { claimUnsettled } from '../idempotency.messages.js';
-import { claimAfterSql, type ClaimStatements } from './claim.sql.js';
+import { claimAfterSql, claimOnSessionSql, type ClaimStatements } from './claim.sql.js';
 import {
   executeArguments,
   inlineLiterals,
@@ -53,6 +53,9 @@ interface DeferredStatement {
    */
   preparedAs?: string | null;
 }
+
+/** Which of the names ($1, an array) the session has prepared. */
+const PREPARED_NAMES = 'SELECT name FROM pg_prepared_statements WHERE name = ANY($1)';
 
 const claimTransactionOver = () =>
   `The claim transaction is over: SQL through the delivery's executor (and IdempotencyContext.enqueue()) must run inside the handler, before it returns`;
@@ -551,7 +554,9 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
     round: number,
   ): void {
     // The claim itself failed (a duplicate's lock_timeout, say) after its PREPARE had run,
-    // and a PREPARE outlives the rollback: the connection has the statement.
+    // and a PREPARE outlives the rollback: the connection has the statement. (A round that
+    // failed between its companions' PREPAREs and the claim's leaves them without it: the next
+    // EXECUTE misses, and the round after reads the session, claimOnSession.)
     if (how === 'prepare-and-execute' && !isPreparedStatementMiss(error) && !isConnectionError(error)) {
       remember(client, name, true);
     }
@@ -578,17 +583,43 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
     const claim = this.claimStatement(variant, atCommit);
     const literals = claimLiterals(client, values, claim, variant);
     for (; ; round++) {
-      const how = this.howToSend(client, claim.name, round);
+      let how = this.howToSend(client, claim.name, round);
       try {
-        const answer = await client.query(
-          claimAfterSql(statements, head, literals, how, claim, variant?.types),
-        );
+        let answer: QueryResult;
+        if (how !== 'inline' && round > 1 && claim.companions) {
+          // After a miss, a claim with companions reads what the session has (claimOnSessionSql).
+          how = 'prepare-and-execute';
+          answer = await this.claimOnSession(client, head, literals, claim, variant);
+        } else {
+          answer = await client.query(claimAfterSql(statements, head, literals, how, claim, variant?.types));
+        }
         return this.claimAnswered(client, answer, how, claim, variant);
       } catch (error) {
         this.claimRoundFailed(client, error, how, claim.name, round);
         await client.query(undo);
       }
     }
+  }
+
+  /**
+   * A round of claimOnSessionSql: `head`, the session's prepared statements read inside it, then
+   * the claim, PREPAREing what it lacks. Two round trips more, after a miss only. Answers as a
+   * claimAfterSql round does, the claim's result last.
+   */
+  private async claimOnSession(
+    client: PoolClient,
+    head: string,
+    literals: readonly string[],
+    claim: ClaimStatement,
+    variant?: ClaimVariant,
+  ): Promise<QueryResult> {
+    await client.query(head);
+    const names = [claim.name, ...(claim.companions ?? []).map((companion) => companion.name)];
+    const { rows } = await client.query<{ name: string }>(PREPARED_NAMES, [names]);
+    const there = new Set(rows.map((row) => row.name));
+    const answer = await client.query(claimOnSessionSql(literals, claim, there, variant?.types));
+    // One statement is answered one result, several an array: claimAnswered reads an array.
+    return (Array.isArray(answer) ? answer : [answer]) as unknown as QueryResult;
   }
 
   /**
@@ -1036,10 +1067,7 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
   /** Asks the connection which of `names` it has prepared (after a query that failed part-way). */
   private async relearnPrepared(client: PoolClient, names: Set<string>): Promise<void> {
     try {
-      const { rows } = await client.query<{ name: string }>(
-        'SELECT name FROM pg_prepared_statements WHERE name = ANY($1)',
-        [[...names]],
-      );
+      const { rows } = await client.query<{ name: string }>(PREPARED_NAMES, [[...names]]);
       const found = new Set(rows.map((row) => row.name));
       for (const name of names) remember(client, name, found.has(name));
     } catch {

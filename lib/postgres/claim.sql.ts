@@ -459,18 +459,42 @@ FROM locked`,
  */
 export function prepareTransactionClaimSql(statements: ClaimStatements, parameters = 4): string {
   // The checked claim takes the fingerprint as a fifth text.
-  return prepareClaimSql(statements.transactionClaim, Array<string>(parameters).fill('text'));
+  return prepareClaimSql(statements.transactionClaim, Array<string>(parameters).fill('text')).join('; ');
 }
 
 /**
  * PREPARE of `claim` (the transaction claim, or a variant that does more: ordered-claim.sql.ts),
- * its companions first: a session that has the claim has them (ClaimStatement.companions).
+ * its companions first: a session that has the claim has them (ClaimStatement.companions). Those
+ * named in `there` (what the session was just seen to have, claimOnSessionSql) are left out.
  */
-function prepareClaimSql(claim: ClaimStatement, types: readonly string[]): string {
-  let companions = '';
-  for (const companion of claim.companions ?? [])
-    companions += `PREPARE ${companion.name} AS ${companion.text}; `;
-  return `${companions}PREPARE ${claim.name} (${types.join(', ')}) AS${claim.text}`;
+function prepareClaimSql(
+  claim: ClaimStatement,
+  types: readonly string[],
+  there: ReadonlySet<string> = new Set(),
+): string[] {
+  const parts: string[] = [];
+  for (const companion of claim.companions ?? []) {
+    if (!there.has(companion.name)) parts.push(`PREPARE ${companion.name} AS ${companion.text}`);
+  }
+  if (!there.has(claim.name)) parts.push(`PREPARE ${claim.name} (${types.join(', ')}) AS${claim.text}`);
+  return parts;
+}
+
+/**
+ * The claim on a session whose prepared statements were just read, inside the transaction (so
+ * on the same session, even behind a pooler): what of the claim and its companions is not in
+ * `there` is PREPAREd, companions first, and the claim EXECUTEd. After a miss, a round guessing
+ * from the error could not tell a session holding the claim from one holding only its companions
+ * (left by a PREPARE round that failed part-way), which no guess ever corrects.
+ */
+export function claimOnSessionSql(
+  literals: readonly string[],
+  claim: ClaimStatement,
+  there: ReadonlySet<string>,
+  types?: readonly string[],
+): string {
+  const prepare = prepareClaimSql(claim, types ?? Array<string>(literals.length).fill('text'), there);
+  return [...prepare, `EXECUTE ${claim.name} (${literals.join(', ')})`].join('; ');
 }
 
 /**
@@ -497,7 +521,7 @@ export function claimAfterSql(
   if (how === 'inline')
     return `${head};${text.replace(/\$(\d)/g, (_, n: string) => literals[Number(n) - 1])}`;
   const execute = `EXECUTE ${name} (${literals.join(', ')})`;
-  return how === 'prepare-and-execute'
-    ? `${head}; ${prepareClaimSql(claim, types ?? Array<string>(literals.length).fill('text'))}; ${execute}`
-    : `${head}; ${execute}`;
+  if (how === 'execute') return `${head}; ${execute}`;
+  const prepare = prepareClaimSql(claim, types ?? Array<string>(literals.length).fill('text'));
+  return `${head}; ${prepare.join('; ')}; ${execute}`;
 }

@@ -2,11 +2,13 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/glob
 import pg from 'pg';
 import request from 'supertest';
 import { ClaimDatabase } from '../../lib/postgres/claim-database.js';
+import { prepareTransactionClaimSql } from '../../lib/postgres/claim.sql.js';
 import type { PreparedStatementsOption } from '../../lib/postgres/prepared-statements.js';
+import { IdempotentMethodFixtureModule, Ledger } from '../fixtures/idempotent-method.fixture.js';
 import { NAMES_REQUEST_SCOPE, StatementNamesController } from '../fixtures/statement-names.fixture.js';
 import { WebhookFixtureModule } from '../fixtures/webhook-fixture.module.js';
 import { startApp, type RunningApp } from '../support/app.js';
-import { CLAIM_SQL, PREPARE_TRANSACTION_CLAIM } from '../support/claim-sql.js';
+import { CLAIM_SQL, UNCHECKED_CLAIM_SQL } from '../support/claim-sql.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import { pgBouncerPerFile } from '../support/database-routes.js';
 import { LogCapture } from '../support/log-capture.js';
@@ -232,66 +234,101 @@ describe.each(MODES)('through PgBouncer ($mode mode)', ({ mode, path, effects })
 /**
  * A transaction-mode claim that misses again after correcting what it believed: behind a pooler
  * each try is a new transaction, so it may land on yet another server connection. Here PgBouncer
- * hands out its two server connections in turn, one that has the claim prepared and one that
- * has not, so the claim meets 42P05 (PREPARE where it exists), then 26000 (EXECUTE where it does
- * not), then would meet 42P05 again. Three tries answered 503 before; the last try goes inline.
+ * hands out its two server connections in turn, one that has the claim prepared and one that has
+ * not. A claim without companions (`@Idempotent`, unchecked) meets 42P05 (PREPARE where it
+ * exists), then 26000 (EXECUTE where it does not), then would meet 42P05 again: three tries
+ * answered 503 before; the last try goes inline. A claim with companions (a webhook's, checked)
+ * meets 42P05, and its next try reads what its server connection has before it PREPAREs: no
+ * second miss.
  */
-describe('a transaction claim that misses on every server connection it meets', () => {
-  let db: TestDatabase;
-  let running: RunningApp | undefined;
+describe.each([
+  {
+    claim: 'without companions',
+    misses: 2,
+    statements: UNCHECKED_CLAIM_SQL,
+    parameters: 4,
+    start: (url: string) =>
+      startApp('express', [
+        IdempotentMethodFixtureModule.forDatabase(url, {
+          poolSize: 1,
+          idempotency: { preparedStatements: true },
+        }),
+      ]),
+    deliver: async (running: RunningApp, id: string) => {
+      await running.app.get(Ledger).record({ id });
+    },
+  },
+  {
+    claim: 'with companions',
+    misses: 1,
+    statements: CLAIM_SQL,
+    parameters: 5,
+    start: (url: string) =>
+      startApp('express', [
+        WebhookFixtureModule.forDatabase({
+          databaseUrl: url,
+          poolSize: 1,
+          idempotency: { preparedStatements: true },
+        }),
+      ]),
+    deliver: async (running: RunningApp, id: string) => {
+      const answer = await request(running.url).post('/orders').send({ id });
+      expect([answer.status, answer.headers['idempotent-replayed']]).toEqual([200, undefined]);
+    },
+  },
+])(
+  'a transaction claim $claim whose server connections take turns',
+  ({ claim, misses, statements, parameters, start, deliver }) => {
+    let db: TestDatabase;
+    let running: RunningApp | undefined;
 
-  beforeAll(async () => {
-    db = await createTestDatabase();
-  });
+    beforeAll(async () => {
+      db = await createTestDatabase();
+    });
 
-  afterAll(async () => {
-    await running?.close();
-    await db?.drop();
-  });
+    afterAll(async () => {
+      await running?.close();
+      await db?.drop();
+    });
 
-  it('preparedStatements: true: 42P05, 26000, then inline: claimed once, no 503', async () => {
-    const url = roundRobinPooler().urlFor(db.url);
-    running = await startApp('express', [
-      WebhookFixtureModule.forDatabase({
-        databaseUrl: url,
-        poolSize: 1,
-        idempotency: { preparedStatements: true },
-      }),
-    ]);
-    const prepared = running.app.get(ClaimDatabase, { strict: false }).prepared;
-    const clients = Array.from({ length: 2 }, () => new pg.Client({ connectionString: url }));
-    try {
-      await Promise.all(clients.map((client) => client.connect()));
-      // Both server connections opened: two transactions at once hold one each.
-      await Promise.all(clients.map((client) => client.query('BEGIN')));
-      await Promise.all(clients.map((client) => client.query('COMMIT')));
-      // Each statement outside a transaction takes the next server connection in turn: the
-      // first prepares the claim, the second shows it has not, and the first is next again.
-      await clients[0].query(PREPARE_TRANSACTION_CLAIM);
-      const { rows } = await clients[1].query(
-        'SELECT count(*)::int AS count FROM pg_prepared_statements WHERE name = $1',
-        [CLAIM_SQL.transactionClaim.name],
+    it(`preparedStatements: true: ${misses} miss(es), claimed once, no 503`, async () => {
+      const url = roundRobinPooler().urlFor(db.url);
+      running = await start(url);
+      const prepared = running.app.get(ClaimDatabase, { strict: false }).prepared;
+      const clients = Array.from({ length: 2 }, () => new pg.Client({ connectionString: url }));
+      try {
+        await Promise.all(clients.map((client) => client.connect()));
+        // Both server connections opened: two transactions at once hold one each.
+        await Promise.all(clients.map((client) => client.query('BEGIN')));
+        await Promise.all(clients.map((client) => client.query('COMMIT')));
+        // Each statement outside a transaction takes the next server connection in turn: the
+        // first prepares the claim (with its companions), the second shows it has not, and the
+        // first is next again.
+        await clients[0].query(prepareTransactionClaimSql(statements, parameters));
+        const { rows } = await clients[1].query(
+          'SELECT count(*)::int AS count FROM pg_prepared_statements WHERE name = $1',
+          [statements.transactionClaim.name],
+        );
+        expect(rows).toEqual([{ count: 0 }]);
+      } finally {
+        await Promise.all(clients.map((client) => client.end()));
+      }
+
+      // The app's connection never prepared the claim: PREPARE on the server that has it (42P05),
+      // then, without companions, EXECUTE on the one that has not (26000) and inline; with them, a
+      // read of that one's prepared statements and the PREPAREs it lacks.
+      const id = `evt_pool_misses_${claim.replace(' ', '_')}`;
+      await deliver(running, id);
+      expect(prepared.missCount).toBe(misses);
+      expect(await db.count('SELECT count(*) FROM orders WHERE event_id = $1', [id])).toBe(1);
+      const { rows } = await db.pool.query(
+        'SELECT status, attempts FROM processed_events WHERE event_key = $1',
+        [id],
       );
-      expect(rows).toEqual([{ count: 0 }]);
-    } finally {
-      await Promise.all(clients.map((client) => client.end()));
-    }
-
-    // The app's connection never prepared the claim: PREPARE on the server that has it (42P05),
-    // EXECUTE on the one that has not (26000), and the next try would meet the first again.
-    const id = 'evt_pool_three_misses';
-    const answer = await request(running.url).post('/orders').send({ id });
-    expect(answer.status).toBe(200);
-    expect(answer.headers['idempotent-replayed']).toBeUndefined();
-    expect(prepared.missCount).toBe(2);
-    expect(await db.count('SELECT count(*) FROM orders WHERE event_id = $1', [id])).toBe(1);
-    const { rows } = await db.pool.query(
-      'SELECT status, attempts FROM processed_events WHERE event_key = $1',
-      [id],
-    );
-    expect(rows).toEqual([{ status: 'done', attempts: 1 }]);
-  });
-});
+      expect(rows).toEqual([{ status: 'done', attempts: 1 }]);
+    });
+  },
+);
 
 /**
  * The claim at commit's insert travels in the COMMIT's query, EXECUTEd. A transaction-mode pooler

@@ -1,6 +1,7 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
 import request from 'supertest';
 import { DataSource } from 'typeorm';
+import { ClaimDatabase } from '../../lib/postgres/claim-database.js';
 import { statementName } from '../../lib/postgres/claim.sql.js';
 import {
   NAMES_REQUEST_SCOPE,
@@ -32,6 +33,14 @@ FROM (SELECT $1, $2, $3, $4) AS given`;
  */
 const OLD_CLAIM_AT_COMMIT_NAME = statementName('claim_at_commit', CLAIM_SQL.claimAtCommit!.text);
 const OLD_CLAIM_AT_COMMIT = `PREPARE ${OLD_CLAIM_AT_COMMIT_NAME} (text, text, text, text, text) AS${CLAIM_SQL.claimAtCommit!.text}`;
+
+/**
+ * The claim at commit's companions, PREPAREd without the claim: what a PREPARE round that failed
+ * between them and the claim's own PREPARE (a statement timeout, say) leaves on a session.
+ */
+const COMPANIONS_ALONE = CLAIM_SQL.claimAtCommit!.companions!.map(
+  ({ name, text }) => `PREPARE ${name} AS ${text}`,
+).join(';\n');
 
 /**
  * A connection that already holds a statement under the name the library would prepare its claim
@@ -163,5 +172,35 @@ describe.each(onAdapter('express'))('a foreign statement under the claim stateme
         ).map(({ name }) => name),
       ].sort(),
     });
+  });
+  it("claims a request once and prepares its claim when the pool's only connection holds the claim's companions without it", async () => {
+    const { app, dataSource } = await startHolding(COMPANIONS_ALONE);
+    const prepared = app.app.get(ClaimDatabase, { strict: false }).prepared;
+    const send = (id: string) =>
+      request(app.url).post('/names/refunds').set('Idempotency-Key', `"${id}"`).send({ id });
+
+    // The first PREPARE round meets a companion (42P05); the round after reads the session and
+    // PREPAREs the claim alone, where guessing from the error would EXECUTE a claim not there.
+    const ids = ['evt_companions_1', 'evt_companions_2'].map((id) => `${id}_${adapter}`);
+    const answers = [];
+    for (const id of ids) answers.push(await send(id));
+    expect({
+      answers: answers.map((answer) => [answer.status, answer.body]),
+      runs: ids.map((id) => app.app.get(StatementNamesController).runs.get(id)),
+      effects: await Promise.all(ids.map(effects)),
+      claims: await Promise.all(ids.map((id) => claims(id, NAMES_REQUEST_SCOPE))),
+      // One miss, the first round's: the second request EXECUTEs what the first prepared.
+      misses: prepared.missCount,
+    }).toEqual({
+      answers: ids.map((id) => [201, { processed: id }]),
+      runs: [1, 1],
+      effects: [1, 1],
+      claims: [[{ status: 'done', attempts: 1 }], [{ status: 'done', attempts: 1 }]],
+      misses: 1,
+    });
+    const names = (await dataSource.query(`SELECT name FROM pg_prepared_statements WHERE name = $1`, [
+      CLAIM_SQL.claimAtCommit!.name,
+    ])) as { name: string }[];
+    expect(names).toHaveLength(1);
   });
 });

@@ -30,14 +30,25 @@ function recordQueries(client: PoolClient): string[] {
  * handler's own statements are left out.
  */
 function transactionControl(sent: string[]): string[] {
-  return sent.flatMap((text) => {
-    if (/^\s*(ROLLBACK|COMMIT)\b/.test(text)) return [text.trim()];
-    if (!/^\s*BEGIN\b/.test(text)) return [];
-    const parts = ['BEGIN'];
+  const rounds: string[] = [];
+  for (const text of sent) {
+    if (/^\s*(ROLLBACK|COMMIT)\b/.test(text)) {
+      rounds.push(text.trim());
+      continue;
+    }
+    const parts: string[] = [];
+    if (/^\s*BEGIN\b/.test(text)) parts.push('BEGIN');
+    // The library's read of the session's prepared statements, after a miss (claimOnSession).
+    if (text.includes('pg_prepared_statements WHERE name = ANY(')) parts.push('READ');
     if (text.includes(`PREPARE ${CLAIM_SQL.transactionClaim.name}`)) parts.push('PREPARE');
     if (text.includes(`EXECUTE ${CLAIM_SQL.transactionClaim.name}`)) parts.push('EXECUTE');
-    return [parts.join('; ')];
-  });
+    if (parts.length === 0) continue;
+    // A round sent as several queries (BEGIN, the read, the claim) is one entry; outside a round
+    // (a test's own PREPARE) nothing is the library's claim.
+    if (parts[0] === 'BEGIN') rounds.push(parts.join('; '));
+    else if (rounds.at(-1)?.startsWith('BEGIN')) rounds[rounds.length - 1] += `; ${parts.join('; ')}`;
+  }
+  return rounds;
 }
 
 /**
@@ -149,10 +160,11 @@ describe.each(onAdapter('express'))('the statements on the wire (%s)', (adapter)
         const replay = await request(running.url).post('/claims/by-id').send({ id: firstId });
         expect(replay.status).toBe(200);
         expect(replay.headers['idempotent-replayed']).toBe('true');
+        // The EXECUTE misses (26000); the round after reads what the connection has, and PREPAREs.
         expect(transactionControl(connection.sent)).toEqual([
           'BEGIN; EXECUTE',
           'ROLLBACK',
-          'BEGIN; PREPARE; EXECUTE',
+          'BEGIN; READ; PREPARE; EXECUTE',
           'ROLLBACK',
         ]);
 
@@ -163,7 +175,7 @@ describe.each(onAdapter('express'))('the statements on the wire (%s)', (adapter)
         expect(transactionControl(connection.sent)).toEqual([
           'BEGIN; EXECUTE',
           'ROLLBACK',
-          'BEGIN; PREPARE; EXECUTE',
+          'BEGIN; READ; PREPARE; EXECUTE',
           'COMMIT',
           'BEGIN; EXECUTE',
           'ROLLBACK',
@@ -270,7 +282,16 @@ describe.each(onAdapter('express'))('the statements on the wire (%s)', (adapter)
 
         const id = `evt_preprepared_${adapter}`;
         await deliverTwice(running, '/claims/by-id', id);
-        expect(transactionControl(connection.sent)).toEqual(ROLLED_BACK_THEN_DELIVERED_TWICE);
+        // The first round's PREPAREs meet what is there (42P05); the round after reads the
+        // connection, finds the claim and its companion, and EXECUTEs; the replay EXECUTEs at once.
+        expect(transactionControl(connection.sent)).toEqual([
+          'BEGIN; PREPARE; EXECUTE',
+          'ROLLBACK',
+          'BEGIN; READ; EXECUTE',
+          'COMMIT',
+          'BEGIN; EXECUTE',
+          'ROLLBACK',
+        ]);
         expect(handled(running, 'by-id', id)).toBe(1);
         expect(await orders(id)).toBe(1);
         expect(await claims(id)).toBe(1);
