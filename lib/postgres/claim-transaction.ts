@@ -174,7 +174,9 @@ export interface ClaimVariant {
  * believed (42P05, 26000) did not run; it corrects the belief and goes again: the claim, then one
  * correction (which is all a direct connection after DEALLOCATE ALL needs). Behind a pooler in
  * transaction mode each round is a new transaction, possibly on another server connection, so the
- * correction can miss too: the last round inlines the claim, which cannot miss.
+ * correction can miss too: the last round inlines the claim, which cannot miss. A claim with
+ * companions corrects by reading the session inside its transaction (claimOnSessionSql), which
+ * cannot miss either.
  */
 const MAX_ROUNDS = 3;
 
@@ -568,7 +570,12 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
 
   /**
    * The claim's rounds from `round` on, as claimAfter() sends them, answering the claim's row: a
-   * round that misses its prepared state is undone with `undo` and sent again (MAX_ROUNDS).
+   * round that misses its prepared state is undone with `undo` and sent again (MAX_ROUNDS). After
+   * a miss, a claim with companions sends `head` alone, reads which of its statements the session
+   * has, and PREPAREs the rest with its EXECUTE (claimOnSessionSql): two round trips more, on that
+   * round only. `head` then opens the transaction a round trip before the claim: a REPEATABLE READ
+   * snapshot is taken at the read, and a handler's own queries sent meanwhile on a nested claim's
+   * connection would run inside its savepoint.
    */
   private async claimRow(
     client: PoolClient,
@@ -588,8 +595,18 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
         let answer: QueryResult;
         if (how !== 'inline' && round > 1 && claim.companions) {
           // After a miss, a claim with companions reads what the session has (claimOnSessionSql).
-          how = 'prepare-and-execute';
-          answer = await this.claimOnSession(client, head, literals, claim, variant);
+          // Until its own query nothing is PREPAREd: a failure before it leaves nothing to remember.
+          how = 'execute';
+          await client.query(head);
+          const names = [claim.name, ...claim.companions.map((companion) => companion.name)];
+          const { rows } = await client.query<{ name: string }>(PREPARED_NAMES, [names]);
+          const there = new Set(rows.map((row) => row.name));
+          if (!there.has(claim.name)) how = 'prepare-and-execute';
+          const sent = await client.query(claimOnSessionSql(literals, claim, there, variant?.types));
+          // One statement is answered one result, several an array: claimAnswered reads an array.
+          answer = (Array.isArray(sent) ? sent : [sent]) as unknown as QueryResult;
+          // Found there, or PREPAREd now: the connection has it either way.
+          remember(client, claim.name, true);
         } else {
           answer = await client.query(claimAfterSql(statements, head, literals, how, claim, variant?.types));
         }
@@ -599,27 +616,6 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
         await client.query(undo);
       }
     }
-  }
-
-  /**
-   * A round of claimOnSessionSql: `head`, the session's prepared statements read inside it, then
-   * the claim, PREPAREing what it lacks. Two round trips more, after a miss only. Answers as a
-   * claimAfterSql round does, the claim's result last.
-   */
-  private async claimOnSession(
-    client: PoolClient,
-    head: string,
-    literals: readonly string[],
-    claim: ClaimStatement,
-    variant?: ClaimVariant,
-  ): Promise<QueryResult> {
-    await client.query(head);
-    const names = [claim.name, ...(claim.companions ?? []).map((companion) => companion.name)];
-    const { rows } = await client.query<{ name: string }>(PREPARED_NAMES, [names]);
-    const there = new Set(rows.map((row) => row.name));
-    const answer = await client.query(claimOnSessionSql(literals, claim, there, variant?.types));
-    // One statement is answered one result, several an array: claimAnswered reads an array.
-    return (Array.isArray(answer) ? answer : [answer]) as unknown as QueryResult;
   }
 
   /**

@@ -160,7 +160,7 @@ export interface ClaimStatements {
  * parameters: with both in the name, a PREPARE that finds the name taken (42P05) has found this
  * very statement, and an EXECUTE can never run another's, nor send it too few or too many values.
  * `companions` (ClaimStatement.companions) are named too: a session holding a statement under this
- * name was given them by the same query, which no other release's statement promises.
+ * name was given them before it, which no other release's statement promises.
  */
 export function statementName(
   role: string,
@@ -185,8 +185,8 @@ export interface Companion {
  * PREPAREd just before it in its query (ClaimStatement.companions), the two named for each other.
  * Each companion's name hashes the claim's own, so no other claim, of this release or another,
  * PREPAREs a statement under it (a statement several claims carry, storeResponse, has a name with
- * each); and the claim's name hashes theirs, so a session holding it was given them by the same
- * query.
+ * each); and the claim's name hashes theirs, so a session holding it was given them before it
+ * (in its query, or found there by claimOnSessionSql's read).
  */
 export function claimWithCompanions(
   role: string,

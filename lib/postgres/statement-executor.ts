@@ -21,8 +21,9 @@ export interface ClaimStatement {
    */
   readonly parameters?: number;
   /**
-   * Statements PREPAREd in the same query as this one, just before it, and part of its name
-   * (claimWithCompanions): a server session that has this statement has them too, so a
+   * Statements PREPAREd before this one (just before it in its query, or found there by a read of
+   * the session, claimOnSessionSql), and part of its name (claimWithCompanions): a server session
+   * that has this statement has them too, so a
    * transaction whose claim ran prepared may EXECUTE them at its COMMIT even behind a
    * transaction-mode pooler (the claim at commit's insert, a stored response's UPDATE). Such a
    * statement is only ever PREPAREd with them (claimAfterSql), never sent as a named protocol
@@ -77,14 +78,17 @@ export class StatementExecutor {
    */
   execute(statement: ClaimStatement, parameters: unknown[]): Promise<QueryResult> {
     let pool: Pool;
+    let named: QueryConfig | undefined;
     try {
       pool = pgPoolOf(this.dataSource);
+      if (this.prepared.active) named = claimQuery(statement, parameters, true);
     } catch (error) {
-      // A destroyed DataSource has no pool: a rejection, as from the async function this was.
+      // A destroyed DataSource has no pool (or the statement may not be named): a rejection, as
+      // from the async function this was.
       return Promise.reject(error);
     }
-    if (!this.prepared.active) return sendQuery(pool, claimQuery(statement, parameters, false));
-    return sendQuery(pool, claimQuery(statement, parameters, true)).catch((error: unknown) => {
+    if (!named) return sendQuery(pool, claimQuery(statement, parameters, false));
+    return sendQuery(pool, named).catch((error: unknown) => {
       if (!isPreparedStatementMiss(error)) throw error;
       this.prepared.missed(statement.name, errorCode(error)!);
       return sendQuery(pool, claimQuery(statement, parameters, false));

@@ -56,7 +56,7 @@ const commitAmbiguousLog = (scope: string, key: string, code: string | undefined
   `COMMIT of ${scope} key ${key} may have committed; the redelivery will tell (SQLSTATE ${code ?? 'none'}): ${describeError(error)}`;
 
 const runsAgainLog = (scope: string, key: string, attempt: number, error: unknown) =>
-  `${scope} key ${key} runs again (try ${attempt} of ${MAX_TRANSACTION_TRIES}): its transaction rolled back after the handler ran (${describeError(error)}), so nothing of that run was written`;
+  `${scope} key ${key} runs again (try ${attempt} of ${MAX_TRANSACTION_TRIES}): its transaction rolled back after the handler ran: ${describeError(error)}`;
 
 const failureNotRecorded = (scope: string, key: string, error: unknown) =>
   `Could not record the failure of ${scope} key ${key} (${describeError(error)}); the next delivery runs it again all the same`;
@@ -270,7 +270,10 @@ export class TransactionStrategy implements ClaimStrategy {
               break;
             case 'retry':
               if (retriesLeft) {
-                this.logger.debug(runsAgainLog(spec.scope, key, attempt + 1, committed.error));
+                // Ordering guard: a stale event without runStale commits with no handler run.
+                if (ordered?.runsHandler !== false) {
+                  this.logger.debug(runsAgainLog(spec.scope, key, attempt + 1, committed.error));
+                }
                 continue;
               }
               throw this.unavailable(spec, key, committed.error, claimFailedLog);

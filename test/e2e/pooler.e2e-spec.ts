@@ -268,7 +268,8 @@ describe.each([
         WebhookFixtureModule.forDatabase({
           databaseUrl: url,
           poolSize: 1,
-          idempotency: { preparedStatements: true },
+          // No reporter: a query of its own would take the next server connection's turn.
+          idempotency: { preparedStatements: true, reporter: false },
         }),
       ]),
     deliver: async (running: RunningApp, id: string) => {

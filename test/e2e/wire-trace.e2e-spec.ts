@@ -44,7 +44,8 @@ function transactionControl(sent: string[]): string[] {
     if (text.includes(`EXECUTE ${CLAIM_SQL.transactionClaim.name}`)) parts.push('EXECUTE');
     if (parts.length === 0) continue;
     // A round sent as several queries (BEGIN, the read, the claim) is one entry; outside a round
-    // (a test's own PREPARE) nothing is the library's claim.
+    // (a test's own PREPARE) nothing is the library's claim. Only BEGIN opens a round: a nested
+    // claim's (SAVEPOINT) would be folded into its transaction's, which no test here sends.
     if (parts[0] === 'BEGIN') rounds.push(parts.join('; '));
     else if (rounds.at(-1)?.startsWith('BEGIN')) rounds[rounds.length - 1] += `; ${parts.join('; ')}`;
   }
