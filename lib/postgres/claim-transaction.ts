@@ -922,6 +922,27 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
   recordedResponse?: StoredResponse;
 
   /**
+   * After the transaction rolled back: whether its claim was made at its COMMIT (a lock on the
+   * key, no row yet) and the key's row is done now. A claim at commit holds its key by a lock, so
+   * a delivery that committed the key between the claim's snapshot and its lock (ClaimTakenError's
+   * moment) leaves its writes for this handler to meet, a unique key of its own, say: the
+   * handler's failure is then that delivery's success, to replay, not to record. One
+   * autocommitted read, on a failure only; false if it cannot be read.
+   */
+  async claimTakenMeanwhile(): Promise<boolean> {
+    const pending = this.pendingClaim;
+    if (!pending || !this.client || this.transactionActive) return false;
+    try {
+      const state = await this.client.query(
+        claimQuery(this.options.statements.claimState, [pending[0], pending[1]], false),
+      );
+      return state.rows[0]?.status === 'done';
+    } catch {
+      return false;
+    }
+  }
+
+  /**
    * Sends an autocommitted statement on this delivery's connection once its transaction is over
    * (a handler's failure record): no second pool connection, which a pool of one would never give.
    * Unnamed, as it is rare.

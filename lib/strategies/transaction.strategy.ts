@@ -231,6 +231,13 @@ export class TransactionStrategy implements ClaimStrategy {
               this.logger.debug(runsAgainLog(spec.scope, key, attempt + 1, error));
               continue;
             }
+            // A claim at commit whose key another delivery committed meanwhile: the handler may
+            // have failed on that one's writes. Run again, which replays it.
+            if (retriesLeft && (await transaction.claimTakenMeanwhile())) {
+              const taken = new ClaimTakenError({ cause: error });
+              this.logger.debug(runsAgainLog(spec.scope, key, attempt + 1, taken));
+              continue;
+            }
             // A lost connection or lasting contention is not the handler's fault: the redelivery
             // can succeed unchanged. A connection lost while the handler waited between statements
             // surfaces as whatever its next statement threw (TypeORM's "already released").
