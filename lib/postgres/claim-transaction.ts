@@ -54,9 +54,6 @@ interface DeferredStatement {
   preparedAs?: string | null;
 }
 
-/** Which of the names ($1, an array) the session has prepared. */
-const PREPARED_NAMES = 'SELECT name FROM pg_prepared_statements WHERE name = ANY($1)';
-
 const claimTransactionOver = () =>
   `The claim transaction is over: SQL through the delivery's executor (and IdempotencyContext.enqueue()) must run inside the handler, before it returns`;
 
@@ -599,8 +596,7 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
           how = 'execute';
           await client.query(head);
           const names = [claim.name, ...claim.companions.map((companion) => companion.name)];
-          const { rows } = await client.query<{ name: string }>(PREPARED_NAMES, [names]);
-          const there = new Set(rows.map((row) => row.name));
+          const there = await preparedOn(client, names);
           if (!there.has(claim.name)) how = 'prepare-and-execute';
           const sent = await client.query(claimOnSessionSql(literals, claim, there, variant?.types));
           // One statement is answered one result, several an array: claimAnswered reads an array.
@@ -989,10 +985,11 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
    * prepares its statements), each is `EXECUTE` of a statement the connection PREPAREd the first
    * time it sent it, in that same query, so Postgres plans it once per connection; otherwise its
    * text with the values inlined. A companion of the claim (the claim at commit's insert, a stored
-   * response's UPDATE) is never PREPAREd here: its claim's round saw to it (DeferredStatement.preparedAs),
-   * so a pooler's session cannot miss it and run the handler again. A statement that fails stops the query before the
-   * COMMIT and leaves the transaction aborted: it is rolled back here, so that the connection goes
-   * back to the pool clean, and the error is the statement's (a prepared-state miss: retry it all).
+   * response's UPDATE) is never PREPAREd here: its claim's round saw to it
+   * (DeferredStatement.preparedAs), so a pooler's session cannot miss it and run the handler again.
+   * A statement that fails stops the query before the COMMIT and leaves the transaction aborted: it
+   * is rolled back here, so that the connection goes back to the pool clean, and the error is the
+   * statement's (a prepared-state miss: retry it all).
    */
   private commitWithDeferred(client: PoolClient, deferred: DeferredStatement[]): Promise<void> {
     const { prepared } = this.options;
@@ -1084,8 +1081,7 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
   /** Asks the connection which of `names` it has prepared (after a query that failed part-way). */
   private async relearnPrepared(client: PoolClient, names: Set<string>): Promise<void> {
     try {
-      const { rows } = await client.query<{ name: string }>(PREPARED_NAMES, [[...names]]);
-      const found = new Set(rows.map((row) => row.name));
+      const found = await preparedOn(client, names);
       for (const name of names) remember(client, name, found.has(name));
     } catch {
       // The connection is gone with what it prepared.
@@ -1109,6 +1105,15 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
       },
     );
   }
+}
+
+/** Which of `names` the session behind `client` has prepared: one read of pg_prepared_statements. */
+async function preparedOn(client: PoolClient, names: Iterable<string>): Promise<Set<string>> {
+  const { rows } = await client.query<{ name: string }>(
+    'SELECT name FROM pg_prepared_statements WHERE name = ANY($1)',
+    [[...names]],
+  );
+  return new Set(rows.map((row) => row.name));
 }
 
 /** Records what `client` has prepared under `name`, as learnt from an answer. */

@@ -23,11 +23,10 @@ export interface ClaimStatement {
   /**
    * Statements PREPAREd before this one (just before it in its query, or found there by a read of
    * the session, claimOnSessionSql), and part of its name (claimWithCompanions): a server session
-   * that has this statement has them too, so a
-   * transaction whose claim ran prepared may EXECUTE them at its COMMIT even behind a
-   * transaction-mode pooler (the claim at commit's insert, a stored response's UPDATE). Such a
-   * statement is only ever PREPAREd with them (claimAfterSql), never sent as a named protocol
-   * statement (claimQuery). Default: none.
+   * that has this statement has them too, so a transaction whose claim ran prepared may EXECUTE
+   * them at its COMMIT even behind a transaction-mode pooler (the claim at commit's insert, a
+   * stored response's UPDATE). Such a statement is only ever PREPAREd with them (claimAfterSql),
+   * never sent as a named protocol statement (claimQuery). Default: none.
    */
   readonly companions?: readonly ClaimStatement[];
 }
