@@ -21,6 +21,7 @@ import { captureHttpResponse } from './stored-http-response.js';
  * | bad or missing key (or entity or version) | 400, nothing written | 400, problem details |
  * | database unavailable | 503, `Retry-After` | the same, problem details |
  * | handler went on after a failed statement | 500, nothing written | the same, problem details |
+ * | handler returned with a 5xx status it set | its answer; rolled back, nothing stored, run again | the same |
  */
 @Injectable()
 export class HttpTransport implements DeliveryTransport {
@@ -58,6 +59,16 @@ export class HttpTransport implements DeliveryTransport {
       this.setHeader(context, 'Retry-After', String(error.retryAfterSeconds));
     }
     return error;
+  }
+
+  /**
+   * A 5xx status on the response when the handler returned (set through `@Res({ passthrough:
+   * true })`, or the route's `@HttpCode`): a failure, rolled back and not stored, as a throw is.
+   * A 4xx set that way is an answer (stored and replayed); a refusal that leaves no claim is thrown.
+   */
+  answeredFailure(context: ExecutionContext): string | undefined {
+    const status = context.getArgByIndex<{ statusCode: number }>(1).statusCode;
+    return status >= 500 ? `HTTP ${status}` : undefined;
   }
 
   /** Request mode: the status, listed headers and body the route answered, for its replays. */
