@@ -1,6 +1,6 @@
 import { Inject, Injectable, Logger, type ExecutionContext } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
-import type { StoredResponse } from '../../core/claim-check.js';
+import { storedBody, type StoredResponse } from '../../core/claim-check.js';
 import { IDEMPOTENCY_CONFIG, REPLAYED_HEADER, STALE_HEADER } from '../../idempotency.constants.js';
 import { EventInFlightError, IdempotencyUnavailableError } from '../../idempotency.errors.js';
 import type { IdempotencyConfig } from '../../interfaces/index.js';
@@ -99,7 +99,7 @@ export class HttpTransport implements DeliveryTransport {
     const reply = context.getArgByIndex(1);
     if (response.status !== undefined) this.adapterHost.httpAdapter.status(reply, response.status);
     for (const [name, value] of Object.entries(response.headers ?? {})) this.setHeader(context, name, value);
-    return response.body;
+    return storedBody(response);
   }
 
   /** Express and Fastify set headers differently; the adapter knows which. */
