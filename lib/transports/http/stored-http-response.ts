@@ -61,18 +61,9 @@ export function captureHttpResponse(
   onOmitted: (message: string) => void,
 ): StoredResponse {
   const headers: Record<string, string> = {};
-  // Read only when a header is there to name: it is an array made on each call.
-  let rawNames: readonly string[] | undefined;
-  const capture = (name: string) => {
-    const header = response.getHeader(name);
-    if (header === undefined || header === null) return;
-    rawNames ??= response.getRawHeaderNames?.() ?? [];
-    const raw = rawNames.find((written) => written.length === name.length && written.toLowerCase() === name);
-    headers[raw ?? name] = Array.isArray(header) ? header.join(', ') : String(header);
-  };
-  for (const name of settings.replayHeaders) capture(name);
+  for (const name of settings.replayHeaders) captureHeader(response, name, headers);
   // The Content-Type the handler set (Nest sets its own only as it sends): a replay answers the same.
-  if (!settings.replayHeaders.includes('content-type')) capture('content-type');
+  if (!settings.replayHeaders.includes('content-type')) captureHeader(response, 'content-type', headers);
   const status = response.statusCode;
   if (value === undefined) return { status, headers };
   if (isStream(value)) {
@@ -97,6 +88,19 @@ export function captureHttpResponse(
   // The text itself, in a jsonb string: a NUL or a lone surrogate, which jsonb refuses in a value,
   // is an escape in the text (`\u0000`), and text is kept as it is.
   return { status, headers, json };
+}
+
+/**
+ * Adds the header `name` (lower case) to `headers` if it is set, under the name it was written
+ * with. The raw names are read only for a header that is there: each read makes an array.
+ */
+function captureHeader(response: HttpResponse, name: string, headers: Record<string, string>): void {
+  const header = response.getHeader(name);
+  if (header === undefined || header === null) return;
+  const raw = response
+    .getRawHeaderNames?.()
+    .find((written) => written.length === name.length && written.toLowerCase() === name);
+  headers[raw ?? name] = Array.isArray(header) ? header.join(', ') : String(header);
 }
 
 /**
