@@ -35,19 +35,40 @@ export interface ClaimCheck {
 
 /**
  * What a handler answered, stored with its claim and replayed to every retry: over HTTP the
- * status, the headers the route lists and the body; over RPC the reply (`body`). `omitted` says
- * why a body is not there when the handler returned one (external mode only: the work happened,
- * so a body that cannot be stored is left out rather than the completion refused).
+ * status, the headers the route lists (and the Content-Type the handler set) and the body; over
+ * RPC the reply. The body is kept as the JSON text it was first sent as (`json`): a jsonb column
+ * keeps a string byte for byte, where it would sort an object's keys, so a replay answers the
+ * same bytes. `omitted` says why a body is not there when the handler returned one (external
+ * mode only: the work happened, so a body that cannot be stored is left out rather than the
+ * completion refused). Read the body with storedBody(), which reads rows of both shapes.
  */
 export interface StoredResponse {
   /** HTTP status. Absent for an RPC reply. */
   readonly status?: number;
-  /** The listed headers that were set, by lower-case name. */
+  /**
+   * The listed headers that were set, and the Content-Type if the handler set one, by their
+   * names as the handler wrote them (Express; Fastify writes every name in lower case). Rows
+   * stored before the names were kept: by lower-case name.
+   */
   readonly headers?: Readonly<Record<string, string>>;
-  /** The body as JSON (an object, array, string, number, boolean or null); absent for none. */
+  /** The body's JSON text, as `JSON.stringify` gave it when it was first answered; absent for none. */
+  readonly json?: string;
+  /**
+   * Rows stored before `json`: the body as a JSON value (an object, array, string, number,
+   * boolean or null), its objects' keys in jsonb's order. Not written any more.
+   */
   readonly body?: unknown;
   /** Why the body was not stored. */
   readonly omitted?: 'too_large' | 'not_json';
+}
+
+/**
+ * The body of a stored response as the handler returned it, serialised again by the same code
+ * to the same bytes (`JSON.stringify` of what `JSON.parse` makes of its own text is that text),
+ * or undefined for none. A row of the earlier shape gives its jsonb body.
+ */
+export function storedBody(response: StoredResponse): unknown {
+  return response.json !== undefined ? JSON.parse(response.json) : response.body;
 }
 
 /**

@@ -147,7 +147,8 @@ export interface IdempotentRequestOptions extends IdempotencyClaimOptions {
   fingerprint?: false | ((request: any) => unknown);
   /**
    * Response headers stored with the response and set again on its replays, as the handler set
-   * them (`@Header()`, or `@Res({ passthrough: true })`). Status and body are always stored.
+   * them (`@Header()`, or `@Res({ passthrough: true })`), under the names it wrote. Status, body
+   * and a Content-Type the handler set are always stored.
    * @default ['Location']
    */
   replayHeaders?: string[];

@@ -143,7 +143,12 @@ const REWRITTEN = /['\\]/;
  * way (10^6 calls, side by side).
  */
 function escapedString(value: string, escape: (value: string) => string): string {
-  return REWRITTEN.test(value) ? escape(value) : `'${value}'`;
+  if (!REWRITTEN.test(value)) return `'${value}'`;
+  // Backslashes and no quote (JSON holding JSON text, as a stored response does: every quote in
+  // the text is escaped): escapeLiteral's E'' string, its backslashes doubled by one native
+  // replace. A 1.4 KB response took 8 µs more through escapeLiteral than through this.
+  if (!value.includes("'")) return ` E'${value.replaceAll('\\', '\\\\')}'`;
+  return escape(value);
 }
 
 /** One value as pg would send it as a text parameter, quoted; NULL for null and undefined. */

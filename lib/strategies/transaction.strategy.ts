@@ -1,5 +1,6 @@
 import { Inject, Injectable, Logger } from '@nestjs/common';
 import { afterCommitFailed } from '../core/after-commit.js';
+import { AnsweredFailure } from '../core/answered-failure.js';
 import {
   fingerprintsConflict,
   type ClaimCheck,
@@ -240,8 +241,12 @@ export class TransactionStrategy implements ClaimStrategy {
             }
             // A lost connection or lasting contention is not the handler's fault: the redelivery
             // can succeed unchanged. A connection lost while the handler waited between statements
-            // surfaces as whatever its next statement threw (TypeORM's "already released").
-            if (isConnectionError(error) || isRetryable(error) || transaction.connectionLost) {
+            // surfaces as whatever its next statement threw (TypeORM's "already released"). A
+            // handler that answered a 5xx itself meanwhile keeps its answer (AnsweredFailure).
+            if (
+              !(error instanceof AnsweredFailure) &&
+              (isConnectionError(error) || isRetryable(error) || transaction.connectionLost)
+            ) {
               this.metrics.count('failed', spec.scope, key);
               throw this.unavailable(spec, key, error, handlerDatabaseFailedLog);
             }

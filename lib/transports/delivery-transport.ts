@@ -33,6 +33,14 @@ export interface DeliveryTransport {
    */
   failure(error: unknown, context: ExecutionContext, meta?: IdempotentWebhookMetadata): unknown;
   /**
+   * Whether a handler that returned normally answered a failure all the same (over HTTP, a 5xx
+   * status it set): what it answered (`HTTP 500`), or undefined for a success. Called after the
+   * handler returned, before capture(). A failure answered fails the delivery as a throw would
+   * (AnsweredFailure: rolled back, or the attempt marked failed, nothing stored), and the caller
+   * receives the handler's answer. Without this method every returned value is a success.
+   */
+  answeredFailure?(context: ExecutionContext): string | undefined;
+  /**
    * Key checks: what to store of the handler's answer for its replays (a request-mode route's
    * status, headers and body; a `@MessagePattern`'s reply), or undefined for nothing. Called in
    * the claim, after the handler returned and before the COMMIT: throwing fails the delivery.

@@ -7,6 +7,7 @@ import {
 } from '@nestjs/common';
 import { Reflector } from '@nestjs/core';
 import { Observable } from 'rxjs';
+import { AnsweredFailure } from '../core/answered-failure.js';
 import type { ClaimCheck } from '../core/claim-check.js';
 import { extractEventOrder, type EventOrder } from '../core/event-order.js';
 import { extractIdempotencyKey } from '../core/idempotency-key.js';
@@ -122,6 +123,12 @@ export class IdempotencyInterceptor implements NestInterceptor {
                 error: reject,
                 complete: () => {
                   try {
+                    // A failure answered rather than thrown (an HTTP 5xx) fails the delivery too.
+                    const failed = transport.answeredFailure?.(context);
+                    if (failed !== undefined) {
+                      reject(new AnsweredFailure(meta.scope, failed, value));
+                      return;
+                    }
                     // Key checks: what the transport keeps for replays, stored with the claim.
                     const response = check && transport.capture?.(value, context, meta, claimKey);
                     if (response) delivery.recordResponse(response);
@@ -170,7 +177,15 @@ export class IdempotencyInterceptor implements NestInterceptor {
             subscriber.next(value);
             subscriber.complete();
           },
-          (error: unknown) => subscriber.error(transport.failure(error, context, meta)),
+          (error: unknown) => {
+            // Rolled back (or marked failed) for its 5xx: the caller gets the handler's own answer.
+            if (error instanceof AnsweredFailure) {
+              subscriber.next(error.value);
+              subscriber.complete();
+              return;
+            }
+            subscriber.error(transport.failure(error, context, meta));
+          },
         );
     });
   }

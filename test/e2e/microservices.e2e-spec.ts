@@ -157,12 +157,27 @@ describe.each(TRANSPORTS)('@IdempotentWebhook on microservice handlers (%s)', (t
       const { rows } = await db.pool.query('SELECT response FROM processed_events WHERE event_key = $1', [
         id,
       ]);
-      expect(rows).toEqual([{ response: { body: { processed: id, amount: 3 } } }]);
+      expect(rows).toEqual([{ response: { json: JSON.stringify({ processed: id, amount: 3 }) } }]);
 
       expect(fixture.callsFor('message', id)).toBe(1);
       expect(outcomesOf(id)).toEqual(['claimed', 'replayed', 'replayed', 'replayed']);
       expect(await orders(id)).toBe(1);
       expect(await claims(id)).toBe(1);
+    });
+
+    it("replays a message's reply with its keys in the order first sent (jsonb would sort them)", async () => {
+      const id = `evt_reply_order_${transport}`;
+      // Keys jsonb would reorder: a short one after a long one, integer-like ones, nested, UTF-8.
+      const reply = { zeta: { longerKey: [{ yy: 1, x: 2 }], a: null }, 10: 'ten', 2: 'two', é: 'é', e: '😀' };
+      const first = await send(order, { id, reply });
+      const replay = await send(order, { id, reply });
+      expect(replay).toEqual(first);
+      const [firstValue] = (first as { values: unknown[] }).values;
+      const [replayValue] = (replay as { values: unknown[] }).values;
+      expect(JSON.stringify(replayValue)).toBe(JSON.stringify(firstValue));
+      expect(JSON.stringify(firstValue)).toBe(JSON.stringify({ processed: id, amount: 1, reply }));
+      expect(fixture.callsFor('message', id)).toBe(1);
+      expect(outcomesOf(id)).toEqual(['claimed', 'replayed']);
     });
 
     it('gives 20 concurrent duplicates exactly one effect: one value, the rest replayed (the same value) or in flight', async () => {

@@ -1,6 +1,6 @@
 import { Inject, Injectable, Logger, type ExecutionContext } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
-import type { StoredResponse } from '../../core/claim-check.js';
+import { storedBody, type StoredResponse } from '../../core/claim-check.js';
 import { IDEMPOTENCY_CONFIG, REPLAYED_HEADER, STALE_HEADER } from '../../idempotency.constants.js';
 import { EventInFlightError, IdempotencyUnavailableError } from '../../idempotency.errors.js';
 import type { IdempotencyConfig } from '../../interfaces/index.js';
@@ -21,6 +21,7 @@ import { captureHttpResponse } from './stored-http-response.js';
  * | bad or missing key (or entity or version) | 400, nothing written | 400, problem details |
  * | database unavailable | 503, `Retry-After` | the same, problem details |
  * | handler went on after a failed statement | 500, nothing written | the same, problem details |
+ * | handler returned with a 5xx status it set | its answer; rolled back, nothing stored, run again | the same |
  */
 @Injectable()
 export class HttpTransport implements DeliveryTransport {
@@ -60,6 +61,16 @@ export class HttpTransport implements DeliveryTransport {
     return error;
   }
 
+  /**
+   * A 5xx status on the response when the handler returned (set through `@Res({ passthrough:
+   * true })`, or the route's `@HttpCode`): a failure, rolled back and not stored, as a throw is.
+   * A 4xx set that way is an answer (stored and replayed); a refusal that leaves no claim is thrown.
+   */
+  answeredFailure(context: ExecutionContext): string | undefined {
+    const status = context.getArgByIndex<{ statusCode: number }>(1).statusCode;
+    return status >= 500 ? `HTTP ${status}` : undefined;
+  }
+
   /** Request mode: the status, listed headers and body the route answered, for its replays. */
   capture(
     value: unknown,
@@ -88,7 +99,7 @@ export class HttpTransport implements DeliveryTransport {
     const reply = context.getArgByIndex(1);
     if (response.status !== undefined) this.adapterHost.httpAdapter.status(reply, response.status);
     for (const [name, value] of Object.entries(response.headers ?? {})) this.setHeader(context, name, value);
-    return response.body;
+    return storedBody(response);
   }
 
   /** Express and Fastify set headers differently; the adapter knows which. */

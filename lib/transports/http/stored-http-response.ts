@@ -3,7 +3,6 @@ import { StreamableFile } from '@nestjs/common';
 import { isObservable } from 'rxjs';
 import type { StoredResponse } from '../../core/claim-check.js';
 import { ResponseNotStoredError } from '../../idempotency.errors.js';
-import { jsonbRefuses } from '../../postgres/inline-parameters.js';
 
 const bodyTooLarge = (scope: string, bytes: number, max: number) =>
   `${scope} answered a body of ${bytes} bytes, more than maxStoredResponseBytes (${max})`;
@@ -23,6 +22,12 @@ export const bodyOmitted = (reason: string) =>
 interface HttpResponse {
   statusCode: number;
   getHeader(name: string): unknown;
+  /**
+   * Node's: the names of the headers set, as they were written (`Location`), which is how Node
+   * sends them. Express's response has it; Fastify's reply does not, and sends every name in
+   * lower case.
+   */
+  getRawHeaderNames?(): string[];
 }
 
 /** How one response is captured: the route's headers and body cap, and whether its work is done. */
@@ -41,10 +46,13 @@ export interface CaptureSettings {
 /**
  * What a request-mode route answered, to store with its claim: the status Nest has set on the
  * response (the route's default, `@HttpCode`, or the handler's own through
- * `@Res({ passthrough: true })`), the listed headers that are set, and the returned value as its
- * JSON body. A body that cannot be stored (over the cap, not JSON) fails the request in
- * transaction mode (ResponseNotStoredError: the claim and the writes roll back), and is left out
- * in external mode (`omitted`, with `onOmitted` told why).
+ * `@Res({ passthrough: true })`), the listed headers that are set and the Content-Type if the
+ * handler set one, each by the name it was written with, and the returned value's JSON text. The
+ * text is stored as it is (a jsonb string keeps it byte for byte) and its replay answers its
+ * parse, which Nest serialises to the same text: the same bytes. A body that cannot be stored
+ * (over the cap, not JSON) fails the request in transaction mode (ResponseNotStoredError: the
+ * claim and the writes roll back), and is left out in external mode (`omitted`, with `onOmitted`
+ * told why).
  */
 export function captureHttpResponse(
   value: unknown,
@@ -53,11 +61,9 @@ export function captureHttpResponse(
   onOmitted: (message: string) => void,
 ): StoredResponse {
   const headers: Record<string, string> = {};
-  for (const name of settings.replayHeaders) {
-    const header = response.getHeader(name);
-    if (header === undefined || header === null) continue;
-    headers[name] = Array.isArray(header) ? header.join(', ') : String(header);
-  }
+  for (const name of settings.replayHeaders) captureHeader(response, name, headers);
+  // The Content-Type the handler set (Nest sets its own only as it sends): a replay answers the same.
+  if (!settings.replayHeaders.includes('content-type')) captureHeader(response, 'content-type', headers);
   const status = response.statusCode;
   if (value === undefined) return { status, headers };
   if (isStream(value)) {
@@ -70,8 +76,7 @@ export function captureHttpResponse(
   } catch {
     json = undefined;
   }
-  // jsonb refuses NUL and lone surrogates (as escapes in the JSON text): such a body is not storable.
-  if (json === undefined || jsonbRefuses(json)) {
+  if (json === undefined) {
     const reason = bodyNotJson(settings.scope, 'a value that is not storable JSON');
     return notStored(status, headers, settings, onOmitted, reason, 'not_json');
   }
@@ -80,9 +85,22 @@ export function captureHttpResponse(
     const reason = bodyTooLarge(settings.scope, bytes, settings.maxBodyBytes);
     return notStored(status, headers, settings, onOmitted, reason, 'too_large');
   }
-  // The JSON as it will be read back (a Date becomes its string), so a replay answers the same.
-  // One object literal, built once: this runs on every first request of a request-mode route.
-  return { status, headers, body: JSON.parse(json) };
+  // The text itself, in a jsonb string: a NUL or a lone surrogate, which jsonb refuses in a value,
+  // is an escape in the text (`\u0000`), and text is kept as it is.
+  return { status, headers, json };
+}
+
+/**
+ * Adds the header `name` (lower case) to `headers` if it is set, under the name it was written
+ * with. The raw names are read only for a header that is there: each read makes an array.
+ */
+function captureHeader(response: HttpResponse, name: string, headers: Record<string, string>): void {
+  const header = response.getHeader(name);
+  if (header === undefined || header === null) return;
+  const raw = response
+    .getRawHeaderNames?.()
+    .find((written) => written.length === name.length && written.toLowerCase() === name);
+  headers[raw ?? name] = Array.isArray(header) ? header.join(', ') : String(header);
 }
 
 /**

@@ -1,5 +1,5 @@
 import { Inject, Injectable, Logger, type ExecutionContext, type OnModuleInit } from '@nestjs/common';
-import type { StoredResponse } from '../../core/claim-check.js';
+import { storedBody, type StoredResponse } from '../../core/claim-check.js';
 import { loadOptionalPeer } from '../../core/optional-peer.js';
 import { IDEMPOTENCY_CONFIG } from '../../idempotency.constants.js';
 import {
@@ -74,9 +74,13 @@ export class RpcTransport implements DeliveryTransport, OnModuleInit {
     return [context.getArgByIndex(0), context.getArgByIndex(1)];
   }
 
-  /** A replayed `@MessagePattern` answers the reply its first delivery stored (see capture). */
+  /**
+   * A replayed `@MessagePattern` answers the reply its first delivery stored (see capture): the
+   * parse of its JSON text, which the transport serialises to the same text, keys in their order.
+   */
   answer(result: SettledResult): unknown {
-    return result.kind === 'processed' || result.kind === 'stale' ? result.value : result.response?.body;
+    if (result.kind === 'processed' || result.kind === 'stale') return result.value;
+    return result.response && storedBody(result.response);
   }
 
   /**
@@ -103,7 +107,8 @@ export class RpcTransport implements DeliveryTransport, OnModuleInit {
       this.logger.warn(replyNotStored(meta.scope, `${bytes} bytes, more than maxStoredResponseBytes`));
       return undefined;
     }
-    return { body: JSON.parse(json) };
+    // The text itself: a jsonb string keeps it as it is, where jsonb would sort an object's keys.
+    return { json };
   }
 
   failure(error: unknown, context: ExecutionContext): unknown {
