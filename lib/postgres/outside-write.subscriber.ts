@@ -98,11 +98,12 @@ export class OutsideWriteSubscriber implements EntitySubscriberInterface {
       this.logger.warn(outsideUndecided(delivery.scope, found));
       return;
     }
-    const target = this.describe(found.tables);
-    if (this.strict) throw new OutsideTransactionWriteError(outsideWrite(delivery.scope, target, true));
+    if (this.strict) {
+      throw new OutsideTransactionWriteError(outsideWrite(delivery.scope, this.describe(found.tables), true));
+    }
     if (this.warned.has(delivery.scope)) return;
     this.warned.add(delivery.scope);
-    this.logger.warn(outsideWrite(delivery.scope, target, false));
+    this.logger.warn(outsideWrite(delivery.scope, this.describe(found.tables), false));
   }
 
   /** `entity Order (table "orders")`, or the table alone for one no entity maps; each table written. */
