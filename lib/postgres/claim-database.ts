@@ -106,7 +106,7 @@ export class ClaimDatabase implements OnModuleInit {
     assertTypeOrmInternals(this.dataSource);
     listenForEarlyErrors(this.dataSource);
     await this.checkTable();
-    watchOutsideWrites(this.dataSource, this.config.strictTransactions, this.logger);
+    await watchOutsideWrites(this.dataSource, this.config.strictTransactions, this.logger);
   }
 
   /**

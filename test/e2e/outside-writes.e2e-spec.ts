@@ -19,6 +19,11 @@ describe.each(onAdapter('fastify'))('writes outside the claim’s transaction (%
 
   beforeAll(async () => {
     db = await createTestDatabase();
+    // The app's own function (VOLATILE, the default): a read here, but its text cannot say so.
+    await db.pool.query(
+      `CREATE FUNCTION outside_orders_seen(event text) RETURNS int LANGUAGE sql
+         AS $$ SELECT count(*)::int FROM orders WHERE event_id = event $$`,
+    );
     lenient = await startApp(adapter, [OutsideWritesFixtureModule.forDatabase(db.url, false)]);
     strict = await startApp(adapter, [OutsideWritesFixtureModule.forDatabase(db.url, true)]);
     // Nest's logger is process-wide: installed last, it hears both apps.
@@ -101,5 +106,52 @@ describe.each(onAdapter('fastify'))('writes outside the claim’s transaction (%
       .send({ id: `${id}_claim` })
       .expect(200);
     expect(await orders(`${id}_claim`)).toBe(1);
+  });
+
+  it('sees a write behind a leading comment (QueryBuilder .comment()): warned, and refused when strict', async () => {
+    const id = `evt_outside_commented_${adapter}`;
+    const answer = await request(strict.url).post('/outside/commented').send({ id });
+    expect(answer.status).toBe(500);
+    expect(await orders(id)).toBe(0);
+    const { rows } = await db.pool.query(
+      'SELECT status, last_error FROM processed_events WHERE event_key = $1',
+      [id],
+    );
+    expect(rows).toEqual([
+      { status: 'failed', last_error: expect.stringContaining('Refused (strictTransactions)') },
+    ]);
+    expect(rows[0].last_error).toContain('outside.commented wrote to entity OrderRow (table "orders")');
+
+    await request(lenient.url)
+      .post('/outside/commented')
+      .send({ id: `${id}_lenient` })
+      .expect(200);
+    expect(warnings('outside.commented')[0]?.message).toContain('entity OrderRow (table "orders")');
+  });
+
+  it('lets a WITH read through whose literal, identifier and comments hold the write keywords', async () => {
+    const id = `evt_outside_cte_${adapter}`;
+    await request(strict.url).post('/outside/cte-read').send({ id }).expect(200);
+    // The read ran (its one row counted) and the claim's write committed with the claim.
+    const { rows } = await db.pool.query('SELECT amount FROM orders WHERE event_id = $1', [id]);
+    expect(rows).toEqual([{ amount: 1 }]);
+    expect(await claim(id)).toEqual([{ status: 'done' }]);
+    expect(logs.find('warn', 'outside.cte-read')).toEqual([]);
+  });
+
+  it('reports a call of the app’s own function once per handler, and never refuses it, even strict', async () => {
+    const id = `evt_outside_volatile_${adapter}`;
+    await request(strict.url).post('/outside/volatile').send({ id }).expect(200);
+    expect(await orders(id)).toBe(1);
+    expect(await claim(id)).toEqual([{ status: 'done' }]);
+    const reported = logs.find('warn', 'outside.volatile', 'outside_orders_seen');
+    expect(reported).toHaveLength(1);
+    expect(reported[0]?.message).toContain('SELECT');
+    expect(reported[0]?.message).toContain('not refused');
+    await request(strict.url)
+      .post('/outside/volatile')
+      .send({ id: `${id}_again` })
+      .expect(200);
+    expect(logs.find('warn', 'outside.volatile')).toHaveLength(1);
   });
 });

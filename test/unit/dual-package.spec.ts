@@ -153,6 +153,25 @@ describe('the ESM and CommonJS builds in one process', () => {
     expect(seen.others).toEqual(Array(7).fill([false, false]));
   });
 
+  it("load PostgreSQL's parser, both of them, and classify a commented write as a write", () => {
+    const seen = inNode(`
+      import { createRequire } from 'node:module';
+      const require = createRequire(import.meta.url);
+      const esm = await import('./dist/lib/postgres/statement.classifier.js');
+      const cjs = require('./dist/cjs/postgres/statement.classifier.js');
+      const sql = '/* trace=abc */ INSERT INTO "orders" ("amount") VALUES ($1)';
+      const [fromEsm, fromCjs] = await Promise.all([esm.loadStatementClassifier(), cjs.loadStatementClassifier()]);
+      console.log(JSON.stringify([fromEsm.classify(sql), fromCjs.classify(sql)]));
+    `);
+    const write = {
+      effect: 'write',
+      kind: 'INSERT',
+      tables: [{ name: 'orders' }],
+      reason: 'writes "orders"',
+    };
+    expect(seen).toEqual([write, write]);
+  });
+
   it('export isIdempotencyError from both entry points', () => {
     const exported = inNode(`
       import { createRequire } from 'node:module';
