@@ -46,6 +46,11 @@ function outsideWrite(scope: string, target: string, strict: boolean): string {
  *
  * The claim path itself never sends through TypeORM, and this subscriber does not count as one
  * the claim's transaction must broadcast to (TransactionStrategy leaves it out).
+ *
+ * It also tells a delivery's ClaimTransaction of the transaction levels its handler opens on the
+ * claim's runner (TypeORM's savepoints), so that what is registered inside one follows its fate
+ * (ClaimTransaction.followHandlerLevel): the one subscriber every DataSource of the module has,
+ * so that a delivery that opens none pays nothing for it.
  */
 export class OutsideWriteSubscriber implements EntitySubscriberInterface {
   private readonly warned = new Set<string>();
@@ -71,6 +76,21 @@ export class OutsideWriteSubscriber implements EntitySubscriberInterface {
     this.logger.warn(outsideWrite(delivery.scope, target, false));
   }
 
+  /** TypeORM's TransactionStartEvent (0.3 and 1.x): a level opens on `queryRunner`. */
+  beforeTransactionStart(event: { queryRunner: QueryRunner }): void {
+    claimTransactionNow()?.followHandlerLevel(event.queryRunner, 'start');
+  }
+
+  /** TypeORM's TransactionCommitEvent: a level of `queryRunner` was released (or committed). */
+  afterTransactionCommit(event: { queryRunner: QueryRunner }): void {
+    claimTransactionNow()?.followHandlerLevel(event.queryRunner, 'commit');
+  }
+
+  /** TypeORM's TransactionRollbackEvent: a level of `queryRunner` was rolled back. */
+  afterTransactionRollback(event: { queryRunner: QueryRunner }): void {
+    claimTransactionNow()?.followHandlerLevel(event.queryRunner, 'rollback');
+  }
+
   /** `entity Order (table "orders")`, or the table alone for one no entity maps. */
   private describe(query: string): string {
     const table = TARGET.exec(query)?.[1];
@@ -84,6 +104,13 @@ export class OutsideWriteSubscriber implements EntitySubscriberInterface {
     );
     return entity ? `entity ${entity.name} (table ${table})` : `table ${table}`;
   }
+}
+
+/** The current delivery's claim transaction (transaction mode), if any. */
+function claimTransactionNow(): ClaimTransaction | undefined {
+  const delivery = currentDelivery();
+  if (!(delivery instanceof ClaimDelivery)) return undefined;
+  return delivery.handle instanceof ClaimTransaction ? delivery.handle : undefined;
 }
 
 /** DataSources that already have the subscriber: several modules may share one. */
