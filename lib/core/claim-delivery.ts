@@ -42,9 +42,14 @@ export interface IdempotentDelivery {
   /**
    * Runs `fn` once the claim is recorded done: after the COMMIT (transaction mode; for a claim
    * that joined an enclosing delivery, after that delivery's COMMIT) or after the fenced
-   * completion (external mode); never when the delivery fails or rolls back. For cache busts and
-   * notifications that must not fire for work that did not happen. Callbacks run in order before
-   * the answer is sent; an error in one is logged and changes nothing.
+   * completion (external mode); never when the delivery fails or rolls back. In transaction mode
+   * it also goes with the transaction level it is registered in: a claim joined in a savepoint, or
+   * a transaction the handler opened on the claim's manager (`manager.transaction()`, nestjs-cls's
+   * `Propagation.Nested`, `queryRunner.startTransaction()`), which drops it when rolled back, even
+   * if the handler catches the error. `SAVEPOINT`/`ROLLBACK TO` sent by hand through
+   * `manager.query()` are not followed. For cache busts and notifications that must not fire for
+   * work that did not happen. Callbacks run in order before the answer is sent; an error in one is
+   * logged and changes nothing.
    */
   afterCommit(fn: () => unknown): void;
 }

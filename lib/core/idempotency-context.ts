@@ -66,8 +66,12 @@ export class IdempotencyContext {
   /**
    * Runs `fn` once the claim is recorded done (after the COMMIT, or external mode's fenced
    * completion), never when the delivery fails or rolls back: for cache busts and notifications.
-   * Callbacks run in order before the answer is sent; an error in one is logged and changes
-   * nothing.
+   * Registered inside a transaction the handler opened on the claim's manager
+   * (`manager.transaction()`, nestjs-cls's `@Transactional(Propagation.Nested)`,
+   * `queryRunner.startTransaction()`: savepoints), it goes with that transaction: never run if it
+   * rolls back, even when the handler catches the error and the delivery commits. `SAVEPOINT` and
+   * `ROLLBACK TO` sent by hand through `manager.query()` are not followed. Callbacks run in order
+   * before the answer is sent; an error in one is logged and changes nothing.
    */
   afterCommit(fn: () => unknown): void {
     this.delivery.afterCommit(fn);
@@ -119,8 +123,13 @@ export class IdempotencyContext {
    * writes and the job commit together or not at all, and the delivery is acknowledged after that
    * one COMMIT. The job carries this
    * delivery's key, scope and source; an `@IdempotentWorker` on `queue` runs it under a claim of
-   * its own. Resolves with the job's id; rejects (failing the delivery, which rolls back) when the
-   * queue does not exist or the module has no `handoff` option.
+   * its own. Enqueued inside a transaction the handler opened on the claim's manager (a savepoint:
+   * `manager.transaction()`, nestjs-cls's `Propagation.Nested`) or a claim joined in one, the job
+   * goes with it: not written if it rolls back, even when the handler catches the error
+   * (`SAVEPOINT`/`ROLLBACK TO` sent by hand through `manager.query()` are not followed). Resolves
+   * with the job's id (a job rolled back with its savepoint keeps the id it was given and is never
+   * written); rejects (failing the delivery, which rolls back) when the queue does not exist or
+   * the module has no `handoff` option.
    *
    * ```ts
    * await this.context.enqueue('fulfilment', { sessionId: session.id });

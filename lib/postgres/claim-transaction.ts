@@ -38,6 +38,7 @@ import {
   forgetTransaction,
   listenForErrors,
   releaseRunner,
+  transactionDepth,
 } from './typeorm-internals.js';
 
 /** A statement to send with the COMMIT, its values already quoted. */
@@ -245,7 +246,8 @@ export class DeferredStatementMissError extends Error {
  * One delivery's claim transaction, on a QueryRunner's own pg connection, with the round trips
  * and layers of the hand-written `BEGIN`/claim/`COMMIT`: the transaction is begun and claimed in
  * one query, then handed to TypeORM, so the handler's EntityManager sees an ordinary transaction
- * (its `manager.transaction()` nests as a savepoint). TypeORM subscribers still hear of every
+ * (its `manager.transaction()` nests as a savepoint, and what is sent with the COMMIT or run after
+ * it goes with that savepoint: followHandlerLevel). TypeORM subscribers still hear of every
  * start, commit and rollback: when the DataSource has any, those go through the runner. Claims
  * made inside the delivery (propagation `required`) join it as savepoints (claimAt).
  */
@@ -257,6 +259,12 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
   private mustWrite?: string[];
   /** Callbacks to run once the COMMIT has succeeded; undefined until afterCommit() is called. */
   private committed?: (() => unknown)[];
+  /**
+   * The levels the handler opened on the runner, outermost first (see followHandlerLevel): two
+   * numbers each, the lengths of `deferred` and `committed` when it started. Undefined until the
+   * handler opens one: a delivery that never does pays nothing.
+   */
+  private handlerLevels?: number[];
   /** The source of `signal`, made on first use. */
   private signals?: AbortController;
   /** Savepoints taken so far, for their names. */
@@ -449,6 +457,46 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
     }
     const head = `SAVEPOINT ${savepoint.name}`;
     return this.claimAfter(client, head, `ROLLBACK TO SAVEPOINT ${savepoint.name}`, values, check);
+  }
+
+  /**
+   * Follows a transaction level the handler opened on this transaction's runner, told of TypeORM's
+   * transaction events on `runner` (OutsideWriteSubscriber hears them; the claim's own BEGIN and
+   * COMMIT send none unless the DataSource has subscribers, and those are at depth 0): the
+   * runner's startTransaction() inside the claim's transaction (`manager.transaction()`, nestjs-cls's
+   * Propagation.Nested, or by hand) takes `SAVEPOINT typeorm_<n>`, and what is collected inside
+   * goes with it. `start` marks what the transaction has collected so far; `rollback` (ROLLBACK TO
+   * the savepoint) forgets the statements to send with the COMMIT and the after-commit callbacks
+   * collected since, as rollbackTo() does for a claim's savepoint; `commit` (RELEASE) leaves them
+   * to the enclosing level's fate. The level is told by the runner's depth, so a level whose end
+   * went unheard (a RELEASE that failed, then rolled back to) is settled by the next event. Levels
+   * opened on any other runner are not this transaction's; SAVEPOINT and ROLLBACK TO sent by hand
+   * (manager.query()) are not seen.
+   */
+  followHandlerLevel(runner: QueryRunner, event: 'start' | 'commit' | 'rollback'): void {
+    if (runner !== this.queryRunner) return;
+    // start: the depth before the level counts; commit and rollback: after it is uncounted. At 0,
+    // the claim's own transaction is starting or over.
+    const depth = transactionDepth(runner);
+    if (!(depth >= 1)) return;
+    const at = 2 * (depth - 1);
+    if (event === 'start') {
+      const deferred = this.deferred?.length ?? 0;
+      const committed = this.committed?.length ?? 0;
+      const levels = (this.handlerLevels ??= []);
+      // Levels the runner counts that were not heard starting: marked here, the nearest knowable.
+      while (levels.length < at) levels.push(deferred, committed);
+      levels.length = at;
+      levels.push(deferred, committed);
+      return;
+    }
+    const levels = this.handlerLevels;
+    if (!levels || levels.length <= at) return;
+    if (event === 'rollback') {
+      this.deferred?.splice(levels[at]);
+      this.committed?.splice(levels[at + 1]);
+    }
+    levels.length = at;
   }
 
   /**
@@ -704,8 +752,10 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
   }
 
   /**
-   * Runs `fn` once this transaction has committed, and never if it rolls back (or a claim made
-   * inside it is rolled back to its savepoint). Refused once the transaction is over.
+   * Runs `fn` once this transaction has committed, and never if it rolls back, nor if the level it
+   * was registered in is rolled back: a claim made inside it rolled back to its savepoint, or a
+   * transaction the handler opened on the runner (followHandlerLevel). Refused once the
+   * transaction is over.
    */
   afterCommit(fn: () => unknown): void {
     this.openClient();
@@ -737,7 +787,8 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
       }
     }
     const client = this.client;
-    if (client && this.transactionActive && !this.options.subscribed && !this.deferred) {
+    // None deferred, or all rolled back to a savepoint (an empty list): the plain COMMIT.
+    if (client && this.transactionActive && !this.options.subscribed && !this.deferred?.length) {
       // The plain COMMIT, answered in one `.then` on its query: an async function awaiting end()
       // would make two promises more, each paying AsyncLocalStorage's hooks.
       return sendQuery(client, 'COMMIT').then(
@@ -1091,7 +1142,9 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
   private send(client: PoolClient, action: 'COMMIT' | 'ROLLBACK'): Promise<void> {
     const deferred = this.deferred;
     this.deferred = undefined;
-    if (deferred && action === 'COMMIT') return this.commitWithDeferred(client, deferred);
+    // An empty list (every statement rolled back to a savepoint) is none: commitWithDeferred reads
+    // one result per statement, and a query of the COMMIT alone is answered with one result, not a list.
+    if (deferred?.length && action === 'COMMIT') return this.commitWithDeferred(client, deferred);
     // Whatever the answer, the transaction is over (a failed COMMIT ends it too, or the connection).
     return sendQuery(client, action).then(
       (result) => {

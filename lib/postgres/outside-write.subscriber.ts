@@ -70,6 +70,11 @@ const parserDidNotLoad = (error: unknown) =>
  * The claim path itself never sends through TypeORM, and this subscriber does not count as one
  * the claim's transaction must broadcast to (TransactionStrategy leaves it out). Statements on the
  * claim's own runner return before any parsing: the happy path pays nothing.
+ *
+ * It also tells a delivery's ClaimTransaction of the transaction levels its handler opens on the
+ * claim's runner (TypeORM's savepoints), so that what is registered inside one follows its fate
+ * (ClaimTransaction.followHandlerLevel): the one subscriber every DataSource of the module has,
+ * so that a delivery that opens none pays nothing for it.
  */
 export class OutsideWriteSubscriber implements EntitySubscriberInterface {
   /** Handlers (scopes) told of a write, and of an undecided statement: each said once. */
@@ -106,6 +111,21 @@ export class OutsideWriteSubscriber implements EntitySubscriberInterface {
     this.logger.warn(outsideWrite(delivery.scope, this.describe(found.tables), false));
   }
 
+  /** TypeORM's TransactionStartEvent (0.3 and 1.x): a level opens on `queryRunner`. */
+  beforeTransactionStart(event: { queryRunner: QueryRunner }): void {
+    claimTransactionNow()?.followHandlerLevel(event.queryRunner, 'start');
+  }
+
+  /** TypeORM's TransactionCommitEvent: a level of `queryRunner` was released (or committed). */
+  afterTransactionCommit(event: { queryRunner: QueryRunner }): void {
+    claimTransactionNow()?.followHandlerLevel(event.queryRunner, 'commit');
+  }
+
+  /** TypeORM's TransactionRollbackEvent: a level of `queryRunner` was rolled back. */
+  afterTransactionRollback(event: { queryRunner: QueryRunner }): void {
+    claimTransactionNow()?.followHandlerLevel(event.queryRunner, 'rollback');
+  }
+
   /** `entity Order (table "orders")`, or the table alone for one no entity maps; each table written. */
   private describe(tables: readonly WrittenTable[]): string {
     if (tables.length === 0) return 'the database';
@@ -120,6 +140,13 @@ export class OutsideWriteSubscriber implements EntitySubscriberInterface {
       })
       .join(', ');
   }
+}
+
+/** The current delivery's claim transaction (transaction mode), if any. */
+function claimTransactionNow(): ClaimTransaction | undefined {
+  const delivery = currentDelivery();
+  if (!(delivery instanceof ClaimDelivery)) return undefined;
+  return delivery.handle instanceof ClaimTransaction ? delivery.handle : undefined;
 }
 
 /** DataSources that already have the subscriber: several modules may share one. */

@@ -2,7 +2,8 @@
  * Every reach into TypeORM's private state, in one place. TypeORM has no API to send a named
  * (prepared) statement, to reach the pg pool under a DataSource, or to adopt a transaction begun
  * on a QueryRunner's connection, and the claim path needs all three to cost no more round trips
- * than hand-written SQL. `assertTypeOrmInternals` checks them when the module starts, so a TypeORM
+ * than hand-written SQL; nor does it say how deep a runner's transaction is, which following the
+ * handler's own savepoints needs (transactionDepth). `assertTypeOrmInternals` checks them when the module starts, so a TypeORM
  * release that moves them fails the boot with a message naming what moved, not a delivery.
  */
 import type { Pool, PoolClient } from 'pg';
@@ -141,6 +142,19 @@ export function forgetTransaction(runner: QueryRunner): void {
   const state = runner as unknown as TransactionState;
   state.isTransactionActive = false;
   state.transactionDepth = 0;
+}
+
+/**
+ * How many transaction levels the runner has open: 1 for the claim's own transaction (see
+ * adoptTransaction), one more for each level its startTransaction() opened inside (TypeORM's
+ * `SAVEPOINT typeorm_<depth>`: the handler's `manager.transaction()`, nestjs-cls's
+ * Propagation.Nested), 0 once it is over. TypeORM keeps it protected; its transaction events do not
+ * carry it. Read when such an event names the claim's runner (ClaimTransaction.followHandlerLevel):
+ * startTransaction() broadcasts before it counts the new level, commitTransaction() and
+ * rollbackTransaction() after they uncounted theirs.
+ */
+export function transactionDepth(runner: QueryRunner): number {
+  return (runner as unknown as TransactionState).transactionDepth;
 }
 
 /**

@@ -1,7 +1,7 @@
 import { resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import request from 'supertest';
-import type { ClsMount } from '../fixtures/cls-transactional.fixture.js';
+import type { ClsHandoff, ClsMount } from '../fixtures/cls-transactional.fixture.js';
 import type { AdapterName } from '../support/app.js';
 import { startChildApp, type ChildApp } from '../support/child-app.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
@@ -93,3 +93,77 @@ describe.each(SETUPS)('@Transactional() services in a claim (%s, ClsModule %s)',
     expect(await claim(undone)).toEqual([{ status: 'done', attempts: 1 }]);
   });
 });
+
+/** The handoff app's queue and pg-boss schema. */
+const HANDOFF: ClsHandoff = { schema: 'cls_jobs', queue: 'cls-jobs' };
+/** The handoff app: one ClsModule set-up per platform. */
+const HANDOFF_SETUPS: [AdapterName, ClsMount][] = [
+  ['express', 'middleware'],
+  ['fastify', 'none'],
+];
+
+/**
+ * A `@Transactional(Propagation.Nested)` service runs in a savepoint of the claim's transaction
+ * (TypeORM's `manager.transaction()` on the claim's manager): what it registers with
+ * `IdempotencyContext.afterCommit()` and `enqueue()` follows that savepoint (finding 7 of issue
+ * 37). Its failure, caught by the handler, used to undo its write but still fire its callback and
+ * write its job.
+ */
+describe.each(HANDOFF_SETUPS)(
+  'afterCommit and enqueue in a Nested service (%s, ClsModule %s)',
+  (adapter, mount) => {
+    let db: TestDatabase;
+    let running: ChildApp;
+
+    beforeAll(async () => {
+      db = await createTestDatabase();
+      running = await startChildApp(adapter, { databaseUrl: db.url, mount, handoff: HANDOFF } as never, {
+        entry: CHILD,
+      });
+    });
+
+    afterAll(async () => {
+      await running?.stop();
+      await db?.drop();
+    });
+
+    const orders = (id: string, note: string) =>
+      db.count('SELECT count(*) FROM orders WHERE event_id = $1', [`${id}:${note}`]);
+    const jobs = (id: string) =>
+      db.count(`SELECT count(*) FROM ${HANDOFF.schema}.job WHERE name = $1 AND data->'data'->>'event' = $2`, [
+        HANDOFF.queue,
+        id,
+      ]);
+    const callbacks = async (id: string) => (await request(running.url).get(`/cls/callbacks/${id}`)).body;
+
+    it('drops the callback and the job of a Nested service that threw, caught: 200, its write undone', async () => {
+      const id = `evt_cls_after_fail_${adapter}_${mount}`;
+      const answer = await request(running.url)
+        .post('/cls/nested-after')
+        .send({ id, fail: true, enqueue: HANDOFF.queue });
+      expect(answer.status).toBe(200);
+      expect(answer.body).toEqual({ refused: true });
+      expect(await orders(id, 'outer')).toBe(1);
+      expect(await orders(id, 'nested')).toBe(0);
+      expect(await jobs(id)).toBe(0);
+      expect(await callbacks(id)).toEqual(['handler']);
+    });
+
+    it('runs the callback and writes the job of a Nested service that committed, once', async () => {
+      const id = `evt_cls_after_ok_${adapter}_${mount}`;
+      const answer = await request(running.url)
+        .post('/cls/nested-after')
+        .send({ id, enqueue: HANDOFF.queue });
+      expect(answer.body).toEqual({ refused: false });
+      expect(await orders(id, 'nested')).toBe(1);
+      expect(await jobs(id)).toBe(1);
+      expect(await callbacks(id)).toEqual(['handler', 'nested']);
+      const replayed = await request(running.url)
+        .post('/cls/nested-after')
+        .send({ id, enqueue: HANDOFF.queue });
+      expect(replayed.headers['idempotent-replayed']).toBe('true');
+      expect(await callbacks(id)).toEqual(['handler', 'nested']);
+      expect(await jobs(id)).toBe(1);
+    });
+  },
+);
