@@ -1,4 +1,5 @@
 import { parseArgs } from 'node:util';
+import { closest } from '../core/closest-name.js';
 import { DEFAULTS } from '../idempotency.constants.js';
 import type { ClaimListOptions, ClaimListStatus } from '../interfaces/index.js';
 import { DEFAULT_LIST_LIMIT } from '../operator/claims.operator.js';
@@ -71,22 +72,62 @@ function positiveInteger(option: string, text: string): number {
   return Number(text);
 }
 
+/** `; did you mean <name>?` when `given` is near one of `known`, as the module's options say it. */
+function didYouMean(given: string, known: readonly string[], shown = (name: string) => name): string {
+  const suggestion = closest(given, [...known]);
+  return suggestion === undefined ? '' : `; did you mean ${shown(suggestion)}?`;
+}
+
+/**
+ * The first `--name` of `argv` that is not an option of the CLI (before a `--` that ends the
+ * options): parseArgs' error names it in its message only, with no suggestion.
+ */
+function unknownLongOption(argv: readonly string[]): string | undefined {
+  for (const arg of argv) {
+    if (arg === '--') return undefined;
+    if (!arg.startsWith('--')) continue;
+    const name = arg.slice(2).split('=')[0]!;
+    if (!Object.hasOwn(OPTIONS, name)) return name;
+  }
+  return undefined;
+}
+
+/** The refusal of a first word that is not `claims`: `list` alone is a claims command without its group. */
+function unknownGroup(group: string): string {
+  const suggestion = Object.hasOwn(COMMANDS, group)
+    ? `; did you mean 'claims ${group}'?`
+    : didYouMean(group, ['claims'], (name) => `'${name}'`);
+  return `Unknown command '${group}'${suggestion}`;
+}
+
 /** Parses `claims <command> ...` (the arguments after the program's name). */
 export function parseClaimsArguments(argv: readonly string[]): ClaimsCommand {
   let parsed: ReturnType<typeof parseArgs<{ options: typeof OPTIONS; allowPositionals: true; strict: true }>>;
   try {
     parsed = parseArgs({ args: [...argv], options: OPTIONS, allowPositionals: true, strict: true });
   } catch (error) {
-    throw new UsageError((error as Error).message);
+    const unknown =
+      (error as { code?: string }).code === 'ERR_PARSE_ARGS_UNKNOWN_OPTION'
+        ? unknownLongOption(argv)
+        : undefined;
+    const suggestion =
+      unknown === undefined ? '' : didYouMean(unknown, Object.keys(OPTIONS), (name) => `--${name}`);
+    // parseArgs' own message goes on about positionals after `--`: a near option is the likelier fix.
+    throw new UsageError(
+      suggestion ? `Unknown option '--${unknown}'${suggestion}` : (error as Error).message,
+    );
   }
   const { values, positionals } = parsed;
   if (values.help) return { command: 'help' };
   const [group, name, ...rest] = positionals;
   if (group !== 'claims') {
-    throw new UsageError(group === undefined ? 'No command given' : `Unknown command '${group}'`);
+    throw new UsageError(group === undefined ? 'No command given' : unknownGroup(group));
   }
   if (name === undefined) throw new UsageError('claims needs a command: list, show, release or forget');
-  if (!Object.hasOwn(COMMANDS, name)) throw new UsageError(`Unknown command 'claims ${name}'`);
+  if (!Object.hasOwn(COMMANDS, name)) {
+    const suggestion = didYouMean(name, Object.keys(COMMANDS), (known) => `'claims ${known}'`);
+    throw new UsageError(`Unknown command 'claims ${name}'${suggestion}`);
+  }
   const command = name as keyof typeof COMMANDS;
   const spec = COMMANDS[command];
 
@@ -119,7 +160,9 @@ export function parseClaimsArguments(argv: readonly string[]): ClaimsCommand {
     case 'list': {
       const status = values.status;
       if (status !== undefined && !STATUSES.includes(status as ClaimListStatus)) {
-        throw new UsageError(`--status must be one of ${STATUSES.join(', ')}; got '${status}'`);
+        throw new UsageError(
+          `--status must be one of ${STATUSES.join(', ')}; got '${status}'${didYouMean(status, STATUSES)}`,
+        );
       }
       return {
         command,

@@ -95,7 +95,7 @@ const text = (value: unknown) => (typeof value === 'string' ? value : '');
  * The console's routes: `GET /` lists claims and dead letters, `GET /confirm` asks before an
  * action, `POST /actions/:action` does it (CSRF-checked) and sends the browser back to the list
  * with what happened. Made into a controller per `forRoot()` (consoleController()), at the path
- * and behind the guard its options name.
+ * and behind the token and guard its options name.
  */
 @Injectable()
 export class ConsoleRoutes {
@@ -264,10 +264,10 @@ function noticeOf(query: Record<string, unknown>): Notice | undefined {
   }
 }
 
-/** The console's controller at `config.path`, behind `config.guard`. */
+/** The console's controller at `config.path`, behind `config.guards` (its token's check first). */
 export function consoleController(config: ConsoleConfig): Type<ConsoleRoutes> {
   @Controller(config.path)
-  @UseGuards(config.guard)
+  @UseGuards(...config.guards)
   class IdempotencyConsoleController extends ConsoleRoutes {}
   return IdempotencyConsoleController;
 }

@@ -8,11 +8,14 @@ import { resolveConsoleOptions, type IdempotencyConsoleOptions } from './console
  * actions of IdempotencyClaims (release, forget) and HandoffQueues (retry a dead-lettered job),
  * each behind a confirmation page and CSRF protection. Served by the app itself, rendered on the
  * server (no front-end build, no script in the page). Off unless imported, and it refuses to
- * boot without the guard you give it:
+ * boot without a token (or a guard of your own), and with a token that is unset or short:
  *
  * ```ts
  * @Module({
- *   imports: [IdempotencyModule.forRoot(), IdempotencyConsoleModule.forRoot({ guard: OperatorsGuard })],
+ *   imports: [
+ *     IdempotencyModule.forRoot(),
+ *     IdempotencyConsoleModule.forRoot({ token: process.env.CONSOLE_TOKEN }),
+ *   ],
  * })
  * ```
  *
@@ -21,7 +24,7 @@ import { resolveConsoleOptions, type IdempotencyConsoleOptions } from './console
  */
 @Module({})
 export class IdempotencyConsoleModule {
-  /** The console at `path` (default `/idempotency`), behind `guard`. */
+  /** The console at `path` (default `/idempotency`), behind `token` and/or `guard`. */
   static forRoot(options: IdempotencyConsoleOptions): DynamicModule {
     const config = resolveConsoleOptions(options);
     return {

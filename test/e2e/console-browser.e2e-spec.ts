@@ -8,7 +8,9 @@ import { HandoffQueues, IdempotencyClaims, IdempotencyConsoleModule } from '../.
 import {
   Breakage,
   CONSOLE_QUEUE,
+  CONSOLE_TOKEN,
   ConsoleFixtureModule,
+  OPERATOR_ROLE,
   OPERATOR_TOKEN,
   OperatorsGuard,
   SCOPES,
@@ -26,13 +28,35 @@ const CONSOLE_PATH = '/ops/idempotency';
 /** `UPDATE_SCREENSHOTS=1`: the Express run writes its screenshots to docs/images/ for the docs. */
 const DOCS_IMAGES = process.env.UPDATE_SCREENSHOTS === '1' ? 'docs/images' : undefined;
 
-describe('the console refuses to boot without a guard', () => {
+describe('the console refuses to boot without a token or a guard, or with a token that leaves it open', () => {
   it.each([
-    [undefined, 'it needs a guard'],
-    [{ guard: {} }, 'guard must be a CanActivate class or instance'],
-    [{ guard: OperatorsGuard, path: '../x' }, 'path must be URL path segments'],
-    [{ guard: OperatorsGuard, limits: 5 }, 'option limits is unknown'],
-  ])('%j', (options, message) => {
+    [
+      'no options',
+      undefined,
+      'it needs a token (forRoot({ token: process.env.CONSOLE_TOKEN })) or a guard of your own',
+    ],
+    ['neither token nor guard', {}, 'it needs a token'],
+    // process.env.CONSOLE_TOKEN where it is not set: never `Bearer undefined` letting anyone in.
+    [
+      'an unset token',
+      { token: undefined },
+      'token is undefined: the variable it is read from is not set where the app runs',
+    ],
+    // A guard of one's own does not excuse a token asked for and unset.
+    ['an unset token beside a guard', { token: undefined, guard: OperatorsGuard }, 'token is undefined'],
+    ['an empty token', { token: '' }, 'token is empty'],
+    ["the token 'undefined'", { token: 'undefined' }, 'token has 9 characters, fewer than 32'],
+    ['a short token', { token: 'a'.repeat(31) }, 'token has 31 characters, fewer than 32'],
+    [
+      'a token with a line break',
+      { token: `${CONSOLE_TOKEN}\n` },
+      'token holds characters an Authorization header cannot carry',
+    ],
+    ['a token that is not a string', { token: 42 }, 'token must be a string, got number'],
+    ['a guard that is not one', { guard: {} }, 'guard must be a CanActivate class or instance'],
+    ['a path outside', { token: CONSOLE_TOKEN, path: '../x' }, 'path must be URL path segments'],
+    ['an unknown option', { token: CONSOLE_TOKEN, limits: 5 }, 'option limits is unknown'],
+  ])('%s', (_name, options, message) => {
     expect(() => IdempotencyConsoleModule.forRoot(options as never)).toThrow(
       `IdempotencyConsoleModule refuses to start: ${message}`,
     );
@@ -54,7 +78,8 @@ describe.each(ADAPTERS)('the console in a real browser (%s)', (adapter) => {
   beforeAll(async () => {
     db = await createTestDatabase();
     running = await startApp(adapter, [ConsoleFixtureModule.forDatabase(db.url)]);
-    browser = await launchBrowser({ authorization: OPERATOR_TOKEN });
+    // As a person opens it: the console's 401 makes the browser ask, and the token is the password.
+    browser = await launchBrowser({ httpCredentials: { username: 'on-call', password: CONSOLE_TOKEN } });
     page = await browser.context.newPage();
     screenshots = await mkdtemp(join(tmpdir(), 'console-screenshots-'));
   });
@@ -232,12 +257,88 @@ describe.each(ADAPTERS)('the console in a real browser (%s)', (adapter) => {
     );
     expect((await claims.show(SCOPES.capture, fresh))?.status).toBe('in_progress');
 
-    // Past the guard nothing is served at all.
+    // Without the token nothing is served at all.
     const unauthenticated = await request(running.url).get(CONSOLE_PATH);
-    expect(unauthenticated.status).toBe(403);
+    expect(unauthenticated.status).toBe(401);
     expect(unauthenticated.text).not.toContain(fresh);
     const answer = await request(running.url).get(CONSOLE_PATH).set({ authorization: OPERATOR_TOKEN });
     expect(answer.headers['content-security-policy']).toContain("default-src 'none'");
     expect(answer.headers['x-frame-options']).toBe('DENY');
+  });
+
+  it('answers 401 to a missing or wrong token, `Bearer undefined` included, and lists and releases nothing', async () => {
+    const fresh = key('token');
+    parked.push(await parkDelivery(running, '/console-fixture/capture', { id: fresh }));
+    const basic = (credentials: string) => `Basic ${Buffer.from(credentials).toString('base64')}`;
+    // A confirmation page, with the right token: its cookie and form token are what a thief lacks least.
+    const confirm = await request(running.url)
+      .get(`${CONSOLE_PATH}/confirm`)
+      .query({ action: 'release', scope: SCOPES.capture, key: fresh })
+      .set({ authorization: OPERATOR_TOKEN });
+    expect(confirm.status).toBe(200);
+    const cookie = String(confirm.headers['set-cookie']).split(';')[0]!;
+    const csrf = /name="_csrf" value="([^"]+)"/.exec(confirm.text)![1]!;
+    const form = new URLSearchParams({ scope: SCOPES.capture, key: fresh, _csrf: csrf }).toString();
+
+    const refused: (string | undefined)[] = [
+      undefined,
+      'Bearer undefined',
+      'Bearer ',
+      `Bearer ${CONSOLE_TOKEN.slice(0, -1)}`,
+      `Bearer ${CONSOLE_TOKEN}x`,
+      `Token ${CONSOLE_TOKEN}`,
+      CONSOLE_TOKEN,
+      basic('on-call:wrong'),
+      basic(CONSOLE_TOKEN), // no user name: no password
+      basic(`${CONSOLE_TOKEN}:`),
+    ];
+    for (const authorization of refused) {
+      const headers = authorization === undefined ? {} : { authorization };
+      const list = await request(running.url).get(CONSOLE_PATH).set(headers);
+      expect({ authorization, status: list.status }).toEqual({ authorization, status: 401 });
+      expect(list.headers['www-authenticate']).toMatch(/^Basic realm="idempotency console"/);
+      expect(list.text).not.toContain(fresh);
+      const release = await request(running.url)
+        .post(`${CONSOLE_PATH}/actions/release`)
+        .set({ ...headers, cookie, 'content-type': 'application/x-www-form-urlencoded' })
+        .send(form);
+      expect({ authorization, status: release.status }).toEqual({ authorization, status: 401 });
+    }
+    expect(await claimRow(SCOPES.capture, fresh)).toEqual({ status: 'in_progress', attempts: 1 });
+
+    // The token, as a script sends it (any case of the scheme) or as a browser's sign-in does.
+    for (const authorization of [`bearer ${CONSOLE_TOKEN}`, basic(`anyone:${CONSOLE_TOKEN}`)]) {
+      const list = await request(running.url).get(CONSOLE_PATH).set({ authorization });
+      expect({ authorization, status: list.status }).toEqual({ authorization, status: 200 });
+      expect(list.text).toContain(fresh);
+    }
+  });
+});
+
+describe.each([
+  ['a guard of its own (an SSO set-up)', { guard: OperatorsGuard }],
+  ['the token and a guard', { token: CONSOLE_TOKEN, guard: OperatorsGuard }],
+] as const)('the console behind %s', (_name, options) => {
+  let db: TestDatabase;
+  let running: RunningApp;
+
+  beforeAll(async () => {
+    db = await createTestDatabase();
+    running = await startApp('fastify', [ConsoleFixtureModule.forDatabase(db.url, options)]);
+  });
+
+  afterAll(async () => {
+    await running?.close();
+    await db?.drop();
+  });
+
+  it('serves only what passes every check it was given', async () => {
+    const get = (headers: Record<string, string>) => request(running.url).get(CONSOLE_PATH).set(headers);
+    const both = { ...OPERATOR_ROLE, authorization: OPERATOR_TOKEN };
+    expect((await get(both)).status).toBe(200);
+    // The app's guard refuses as Nest does, 403.
+    expect((await get({ authorization: OPERATOR_TOKEN })).status).toBe(403);
+    const roleOnly = await get(OPERATOR_ROLE);
+    expect(roleOnly.status).toBe('token' in options ? 401 : 200);
   });
 });

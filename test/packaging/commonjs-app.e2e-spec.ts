@@ -9,10 +9,17 @@ import {
 } from '../support/doc-blocks.js';
 import { createEmptyDatabase, type EmptyDatabase } from '../support/empty-database.js';
 import { installPackedApp, type PackedApp } from '../support/packed-app.js';
+import { runReadmeCommands } from '../support/readme-app.js';
 
 /** npm install from the registry; a cold cache takes longest (later runs reuse .data/npm-cache). */
 const INSTALL_TIMEOUT_MS = 360_000;
 const RUN_TIMEOUT_MS = 120_000;
+
+/** The version of `name` installed in the app. */
+async function installedVersion(app: PackedApp, name: string): Promise<string> {
+  const manifest = await readFile(join(app.dir, 'node_modules', name, 'package.json'), 'utf8');
+  return (JSON.parse(manifest) as { version: string }).version;
+}
 
 /**
  * The published tarball in a CommonJS Nest 11 app as `nest new` made it (Nest 11, TypeORM 0.3,
@@ -113,6 +120,43 @@ describe('the packed library in a CommonJS Nest 11 app', () => {
         // The app's own tsconfig.json compiles every file under it.
         await rm(join(app.dir, 'doc-blocks'), { recursive: true, force: true });
       }
+    },
+    RUN_TIMEOUT_MS,
+  );
+  it(
+    "runs the README's app from an empty database: its files as written boot, take the README's signed event, write one order",
+    async () => {
+      const empty = await createEmptyDatabase('readme_cjs');
+      try {
+        // Compiled as `nest new` sets up a Nest 11 app (nodenext with esModuleInterop, CommonJS
+        // output): the sender's default import of stripe needs esModuleInterop at run time.
+        const run = await runReadmeCommands(app, docs, 'tsconfig.nodenext.json', empty, 'evt_readme_cjs');
+        expect(run.tablesBefore).toEqual([]);
+        expect(run.first.trim()).toBe('200');
+        expect(run.second.trim()).toBe('200 (replayed)');
+        expect(run.orders).toEqual([{ stripe_event_id: 'evt_readme_cjs', amount: 2000 }]);
+        expect(run.claims).toEqual([
+          { scope: 'StripeWebhookController.handle', event_key: 'evt_readme_cjs', status: 'done' },
+        ]);
+      } finally {
+        await empty.drop();
+      }
+    },
+    RUN_TIMEOUT_MS,
+  );
+
+  it(
+    "installs OpenTelemetry's API and SDK from the docs' lines at versions that agree",
+    async () => {
+      expect(docs.installs.get('nest11-commonjs')).toEqual(
+        expect.arrayContaining(['@opentelemetry/api@~1.9.0', '@opentelemetry/sdk-trace-base@^2']),
+      );
+      expect(await installedVersion(app, '@opentelemetry/api')).toMatch(/^1\.9\./);
+      expect(await installedVersion(app, '@opentelemetry/sdk-trace-base')).toMatch(/^2\./);
+      // npm ls exits 1 when an installed package is outside a range that asks for it (a peer too).
+      const tree = await app.run('npm', ['ls', '@opentelemetry/api']);
+      expect(tree).toContain('@opentelemetry/sdk-trace-base@2.');
+      expect(tree).not.toContain('invalid');
     },
     RUN_TIMEOUT_MS,
   );

@@ -9,10 +9,17 @@ import {
 } from '../support/doc-blocks.js';
 import { createEmptyDatabase, type EmptyDatabase } from '../support/empty-database.js';
 import { installPackedApp, type PackedApp } from '../support/packed-app.js';
+import { runReadmeCommands } from '../support/readme-app.js';
 
 /** npm install from the registry; a cold cache takes longest (later runs reuse .data/npm-cache). */
 const INSTALL_TIMEOUT_MS = 360_000;
 const RUN_TIMEOUT_MS = 120_000;
+
+/** The version of `name` installed in the app. */
+async function installedVersion(app: PackedApp, name: string): Promise<string> {
+  const manifest = await readFile(join(app.dir, 'node_modules', name, 'package.json'), 'utf8');
+  return (JSON.parse(manifest) as { version: string }).version;
+}
 
 /**
  * The published tarball in an ESM Nest 12 app as `nest new` makes it (`"type": "module"`,
@@ -96,6 +103,43 @@ describe('the packed library in an ESM Nest 12 app', () => {
       } catch (error) {
         throw new Error(inMarkdownTerms((error as Error).message, written), { cause: error });
       }
+    },
+    RUN_TIMEOUT_MS,
+  );
+  it(
+    "runs the README's app from an empty database: its files as written boot, take the README's signed event, write one order",
+    async () => {
+      const empty = await createEmptyDatabase('readme_esm');
+      try {
+        // The files compiled as `nest new` sets up a Nest 12 app (nodenext, "type": "module"), then
+        // `node dist/main.js` and the sender twice, as the README's commands run them.
+        const run = await runReadmeCommands(app, docs, 'tsconfig.json', empty, 'evt_readme_esm');
+        expect(run.tablesBefore).toEqual([]);
+        expect(run.first.trim()).toBe('200');
+        expect(run.second.trim()).toBe('200 (replayed)');
+        expect(run.orders).toEqual([{ stripe_event_id: 'evt_readme_esm', amount: 2000 }]);
+        expect(run.claims).toEqual([
+          { scope: 'StripeWebhookController.handle', event_key: 'evt_readme_esm', status: 'done' },
+        ]);
+      } finally {
+        await empty.drop();
+      }
+    },
+    RUN_TIMEOUT_MS,
+  );
+
+  it(
+    "installs OpenTelemetry's API and SDK from the docs' lines at versions that agree",
+    async () => {
+      expect(docs.installs.get('nest12-esm')).toEqual(
+        expect.arrayContaining(['@opentelemetry/api@~1.9.0', '@opentelemetry/sdk-trace-base@^2']),
+      );
+      expect(await installedVersion(app, '@opentelemetry/api')).toMatch(/^1\.9\./);
+      expect(await installedVersion(app, '@opentelemetry/sdk-trace-base')).toMatch(/^2\./);
+      // npm ls exits 1 when an installed package is outside a range that asks for it (a peer too).
+      const tree = await app.run('npm', ['ls', '@opentelemetry/api']);
+      expect(tree).toContain('@opentelemetry/sdk-trace-base@2.');
+      expect(tree).not.toContain('invalid');
     },
     RUN_TIMEOUT_MS,
   );

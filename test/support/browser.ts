@@ -26,17 +26,30 @@ export interface Browser {
   close(): Promise<void>;
 }
 
+/** What the browser sends of its own accord. */
+export interface BrowserOptions {
+  /** Sent with every request. */
+  headers?: Record<string, string>;
+  /** What a person would type into the browser's sign-in prompt when a page asks (401 + Basic). */
+  httpCredentials?: { username: string; password: string };
+}
+
 /**
  * Starts Debian's chromium through playwright-core in a fresh profile directory (removed on
- * close), sending `headers` with every request (the console's guard reads one).
+ * close), sending `headers` with every request and answering a sign-in prompt with
+ * `httpCredentials` (the console's token check reads either).
  */
-export async function launchBrowser(headers: Record<string, string> = {}): Promise<Browser> {
+export async function launchBrowser({
+  headers = {},
+  httpCredentials,
+}: BrowserOptions = {}): Promise<Browser> {
   const profile = await mkdtemp(join(tmpdir(), 'chromium-profile-'));
   const context = await chromium.launchPersistentContext(profile, {
     executablePath: requireProgram(CHROMIUM),
     headless: true,
     args: FLAGS,
     extraHTTPHeaders: headers,
+    httpCredentials,
     viewport: { width: 1280, height: 900 },
     deviceScaleFactor: 1,
     timeout: 60_000,

@@ -39,6 +39,9 @@ export async function createEmptyDatabase(prefix: string): Promise<EmptyDatabase
     url: url.toString(),
     pool,
     async drop() {
+      // pool.end() resolves once it has asked its clients to end, not once their sockets closed:
+      // the FORCE below may end a backend first, and that client's error is of a pool being dropped.
+      pool.on('error', () => undefined);
       await pool.end();
       await admin(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
     },

@@ -10,9 +10,24 @@ export interface PackedApp {
   dir: string;
   /** Runs `command` in the app; rejects with everything it printed unless it exits 0. */
   run(command: string, args: string[], env?: Record<string, string>): Promise<string>;
+  /** Starts `command` in the app and leaves it running (a server), in a process group of its own. */
+  start(command: string, args: string[], env?: Record<string, string>): StartedCommand;
   /** Deletes the app, its node_modules and the tarball. */
   remove(): Promise<void>;
 }
+
+/** A command started by PackedApp.start(), still running until it exits or is stopped. */
+export interface StartedCommand {
+  /** Everything it printed so far. */
+  output(): string;
+  /** Its exit code (null when a signal ended it), once it has exited. */
+  exited: Promise<number | null>;
+  /** SIGTERM to its process group, SIGKILL if it is still there after a few seconds; resolves once it exited. */
+  stop(): Promise<void>;
+}
+
+/** How long a started command may take to end on SIGTERM before it is killed. */
+const STOP_GRACE_MS = 5_000;
 
 /** Kept between runs (`.data/` is git-ignored), so a second run installs from disk. */
 const NPM_CACHE = resolve('.data/npm-cache');
@@ -74,6 +89,38 @@ function execute(
   });
 }
 
+/** Starts a command without waiting for it; see StartedCommand. */
+function startCommand(command: string, args: string[], cwd: string, env: NodeJS.ProcessEnv): StartedCommand {
+  const child = spawn(command, args, { cwd, env, detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
+  let output = '';
+  child.stdout.on('data', (chunk) => (output += chunk));
+  child.stderr.on('data', (chunk) => (output += chunk));
+  const exited = new Promise<number | null>((done) => {
+    child.once('error', (error) => {
+      output += `\n${String(error)}`;
+      done(null);
+    });
+    child.once('close', (code) => done(code));
+  });
+  const signal = (name: NodeJS.Signals) => {
+    try {
+      process.kill(-child.pid!, name);
+    } catch {
+      // Already gone.
+    }
+  };
+  return {
+    output: () => output,
+    exited,
+    async stop() {
+      signal('SIGTERM');
+      const timer = setTimeout(() => signal('SIGKILL'), STOP_GRACE_MS);
+      await exited;
+      clearTimeout(timer);
+    },
+  };
+}
+
 /**
  * Packs this repository as `npm pack` would publish it (the build must be current: `npm test`
  * builds first), copies the app `template` from test/packaging/apps/ beside the tarball and
@@ -109,6 +156,7 @@ export async function installPackedApp(template: string, packages: string[] = []
           throw new Error(`${command} ${args.join(' ')} exited with ${code} in ${dir}:\n${output}`);
         return output;
       },
+      start: (command, args, extra = {}) => startCommand(command, args, dir, appEnvironment(extra)),
       remove,
     };
     const install = (cached: '--prefer-offline' | '--prefer-online') =>

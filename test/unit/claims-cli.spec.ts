@@ -85,6 +85,37 @@ describe('claims CLI arguments', () => {
     expect(refused(['claims', 'forget', 'a'])).toBe('claims forget needs <scope> <key>');
     expect(refused(['claims', 'show', 'a', 'b', 'c'])).toBe('claims show needs <scope> <key>');
   });
+
+  it('suggests the command, option or status a typo was near, as the module options do', () => {
+    const refused = (args: string[]) => {
+      try {
+        parseClaimsArguments(args);
+      } catch (error) {
+        expect(error).toBeInstanceOf(UsageError);
+        return (error as Error).message;
+      }
+      throw new Error(`accepted ${args.join(' ')}`);
+    };
+    expect(refused(['claims', 'lst'])).toBe("Unknown command 'claims lst'; did you mean 'claims list'?");
+    expect(refused(['claims', 'relase', 's', 'k'])).toBe(
+      "Unknown command 'claims relase'; did you mean 'claims release'?",
+    );
+    expect(refused(['clams', 'list'])).toBe("Unknown command 'clams'; did you mean 'claims'?");
+    expect(refused(['list'])).toBe("Unknown command 'list'; did you mean 'claims list'?");
+    expect(refused(['claims', 'list', '--stauts', 'failed'])).toBe(
+      "Unknown option '--stauts'; did you mean --status?",
+    );
+    expect(refused(['claims', 'list', '--older_than=5m'])).toBe(
+      "Unknown option '--older_than'; did you mean --older-than?",
+    );
+    expect(refused(['claims', 'list', '--status', 'expird'])).toBe(
+      "--status must be one of in_progress, expired, failed, poison, done; got 'expird'; did you mean expired?",
+    );
+    // Nothing near: no guess.
+    expect(refused(['claims', 'bogus'])).toBe("Unknown command 'claims bogus'");
+    expect(refused(['claims', 'list', '--verbose'])).toMatch(/^Unknown option '--verbose'\. /);
+    expect(refused(['claims', 'list', '--status', 'stuck'])).not.toContain('did you mean');
+  });
 });
 
 describe('claims CLI output', () => {

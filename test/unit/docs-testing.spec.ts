@@ -57,6 +57,15 @@ describe(PAGE, () => {
     expect(code.filter((block) => !block.example).map((block) => block.code.slice(0, 80))).toEqual([]);
   });
 
+  it('shows a signed delivery on Fastify, and strictTransactions for what a test runner may not show', () => {
+    expect(code.map((block) => block.example)).toEqual(
+      expect.arrayContaining(['signed-delivery.ts', 'fastify-stripe.example.ts']),
+    );
+    const fastify = code.find((block) => block.example === 'fastify-stripe.example.ts')!.code;
+    expect(fastify).toContain('new FastifyAdapter()');
+    expect(fastify).toContain('strictTransactions: true');
+  });
+
   it.each(code.filter((block) => block.example).map((block) => [block.example!, block] as const))(
     'shows %s as it is',
     (example, block) => {
