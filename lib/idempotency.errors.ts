@@ -121,13 +121,32 @@ export abstract class IdempotencyError extends HttpException {
   /** Set by asProblemDetails(): the body is then an RFC 9457 problem details object. */
   private problem?: ProblemDetails;
 
+  /** The key as its client sent it, where the claim's key holds more; see withClientKey(). */
+  private clientKey?: string;
+
+  /**
+   * Has the answer (asProblemDetails) name `clientKey`, the key as the client sent it, wherever
+   * the message names the claim's key, which a request-mode route prefixes with the caller's
+   * owner: no answer echoes the owner. `message` and `key` keep the claim's key, for the logs.
+   * Called by the HTTP transport; nothing else needs it.
+   */
+  withClientKey(clientKey: string): this {
+    this.clientKey = clientKey;
+    return this;
+  }
+
   /**
    * Answers this error as problem details (RFC 9457, `application/problem+json`), as the
    * Idempotency-Key draft shows its refusals: what `@IdempotentRequest` routes answer. Webhook
    * routes keep Nest's `{ statusCode, message, error }`.
    */
   asProblemDetails(): this {
-    this.problem = problemDetails(this.code, this.getStatus(), this.message);
+    const { key, clientKey } = this;
+    const detail =
+      key !== undefined && clientKey !== undefined && clientKey !== key
+        ? this.message.replaceAll(key, clientKey)
+        : this.message;
+    this.problem = problemDetails(this.code, this.getStatus(), detail);
     return this;
   }
 
@@ -309,8 +328,9 @@ export class ResponseNotStoredError extends IdempotencyError {
 
 /**
  * 500. A request-mode route scopes its keys to their owner (`owner`), and the function gave no
- * owner for this request (it threw, or returned nothing). Nothing ran. A server fault: refuse
- * unauthenticated requests with a guard, which runs before the claim.
+ * owner for this request (it threw, or returned nothing: not a non-empty string or a number).
+ * Nothing ran. A server fault: refuse unauthenticated requests with a guard, which runs before the
+ * claim. An owner of any length is an owner (a long one is hashed in the claim's key).
  */
 export class IdempotencyOwnerUnknownError extends IdempotencyError {
   static override readonly CODES = ['IDEMPOTENCY_OWNER_UNKNOWN'] as const;

@@ -130,13 +130,25 @@ export interface IdempotentRequestOptions extends IdempotencyClaimOptions {
    */
   required?: boolean;
   /**
-   * Whose key it is: a function of the request returning the caller's identity (a user, a tenant,
-   * an API key's id), made part of the claim's key, so that one caller's key never replays another
-   * caller's response. It must return a non-empty string (or a number); anything else is answered
-   * 500 (`IDEMPOTENCY_OWNER_UNKNOWN`) and runs nothing: refuse unauthenticated requests in a guard.
-   * @default undefined (keys are shared by every caller of the route)
+   * Whose keys they are, required: a function of the request returning the caller's identity (a
+   * user, a tenant, an API key's id), made part of the claim's key, so that one caller's key never
+   * replays another caller's response; or `false`, the explicit way to share keys between every
+   * caller of the route (a route whose callers cannot be told apart, or need not be). Without it
+   * the decorator throws at import. The function must return a non-empty string (or a number) of
+   * any length; anything else is answered 500 (`IDEMPOTENCY_OWNER_UNKNOWN`) and runs nothing:
+   * refuse unauthenticated requests in a guard. An owner whose URI-encoded form is longer than 255
+   * characters stands in the claim's key as `sha256=` and the SHA-256 of its UTF-16 code units
+   * (hex); a shorter one as that form. No answer the client receives names the owner.
    */
-  owner?: (request: any) => unknown;
+  owner: false | ((request: any) => unknown);
+  /**
+   * The key's syntax. `false`: the draft's quoted sf-string (`Idempotency-Key: "k2"`) or a bare
+   * key (`Idempotency-Key: k2`, as most clients send a UUID): visible ASCII without spaces, double
+   * quotes or commas, the header's whole value; `"k2"` and `k2` are the same key. `true`: the
+   * draft's syntax only, a bare key refused 400.
+   * @default false
+   */
+  strictKeySyntax?: boolean;
   /**
    * What a request's fingerprint is made of, stored with its claim: the same key with another
    * fingerprint is answered 422 and runs nothing. By default a SHA-256 of the method, the URL

@@ -2,10 +2,15 @@ import { Inject, Injectable, Logger, type ExecutionContext } from '@nestjs/commo
 import { HttpAdapterHost } from '@nestjs/core';
 import type { StoredResponse } from '../../core/claim-check.js';
 import { IDEMPOTENCY_CONFIG, REPLAYED_HEADER, STALE_HEADER } from '../../idempotency.constants.js';
-import { EventInFlightError, IdempotencyUnavailableError } from '../../idempotency.errors.js';
+import {
+  EventInFlightError,
+  IdempotencyError,
+  IdempotencyUnavailableError,
+} from '../../idempotency.errors.js';
 import type { IdempotencyConfig } from '../../interfaces/index.js';
 import type { DeliveryTransport, SettledResult } from '../delivery-transport.js';
 import type { IdempotentWebhookMetadata } from '../idempotent-webhook.decorator.js';
+import { clientKey } from './request-mode.js';
 import { captureHttpResponse } from './stored-http-response.js';
 
 /**
@@ -51,11 +56,22 @@ export class HttpTransport implements DeliveryTransport {
 
   /**
    * The library's errors are HttpExceptions already: those that ask for a retry say when. On a
-   * request-mode route its ProblemDetailsFilter answers them as problem details.
+   * request-mode route its ProblemDetailsFilter answers them as problem details, naming the key
+   * the client sent: the claim's key of a route with owners starts with the owner, which no
+   * answer echoes (whatever message named it: the interceptor's, the strategy's).
    */
-  failure(error: unknown, context: ExecutionContext): unknown {
+  failure(error: unknown, context: ExecutionContext, meta?: IdempotentWebhookMetadata): unknown {
     if (error instanceof EventInFlightError || error instanceof IdempotencyUnavailableError) {
       this.setHeader(context, 'Retry-After', String(error.retryAfterSeconds));
+    }
+    // The route's own claim only: a claim the handler made inside it has a key of its own.
+    if (
+      meta?.request?.owner &&
+      error instanceof IdempotencyError &&
+      error.key !== undefined &&
+      error.scope === meta.scope
+    ) {
+      error.withClientKey(clientKey(meta.request, error.key));
     }
     return error;
   }

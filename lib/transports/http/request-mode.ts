@@ -14,8 +14,8 @@ export const IDEMPOTENCY_KEY_HEADER = 'Idempotency-Key';
 const keyMissing = (scope: string) =>
   `${scope} is idempotent and requires an ${IDEMPOTENCY_KEY_HEADER} header: send one, the same on every retry of this request`;
 
-const keyMalformed = (scope: string, reason: string) =>
-  `${IDEMPOTENCY_KEY_HEADER} of ${scope} must be a quoted string, as the IETF draft writes it (${IDEMPOTENCY_KEY_HEADER}: "8e03978e-40d5-43e8-bc93-6894a57f9324"): ${reason}`;
+const keyMalformed = (scope: string, strict: boolean, reason: string) =>
+  `${IDEMPOTENCY_KEY_HEADER} of ${scope} must be a quoted string, as the IETF draft writes it (${IDEMPOTENCY_KEY_HEADER}: "8e03978e-40d5-43e8-bc93-6894a57f9324")${strict ? '' : ', or a bare key of visible ASCII without spaces, double quotes or commas'}: ${reason}`;
 
 const ownerUnknown = (scope: string, got: string) =>
   `${scope} scopes its idempotency keys to their owner, and owner() ${got} for this request; refuse unauthenticated requests with a guard, which runs before the claim`;
@@ -28,15 +28,30 @@ const ownerUnknown = (scope: string, got: string) =>
  */
 const PLAIN_SF_STRING = /^"([\x20\x21\x23-\x5b\x5d-\x7e]*)"$/;
 
-/** The claims table's scope and source columns take 255 characters: so does an owner. */
-const MAX_OWNER_LENGTH = 255;
+/**
+ * A bare key, the header's whole value: visible ASCII but the double quote (an sf-string starts
+ * with one), the comma (Node joins a repeated header with ", ": two keys must not read as one)
+ * and the space. What most clients send (a bare UUID, base64url) and both peers accept; no
+ * sf-string matches it, so it is tried only after PLAIN_SF_STRING, before the parser.
+ */
+const BARE_KEY = /^[\x21\x23-\x2b\x2d-\x7e]+$/;
+
+/**
+ * The longest owner part a claim's key holds as it is (URI-encoded): the 255 characters earlier
+ * releases allowed an owner, so that claims stored for the owners they took (all but those whose
+ * encoding is longer) still match their retries. A longer one (or one with a lone surrogate,
+ * which has no URI encoding) is hashed: the claim's key stays small whatever the owner.
+ */
+const MAX_PLAIN_OWNER_LENGTH = 255;
 
 /** What `@IdempotentRequest` resolves for a route, once, and the HTTP transport reads. */
 export interface RequestMode {
   /** A request without the header is refused (else it runs without a claim). */
   readonly required: boolean;
-  /** The caller's identity, part of the claim's key. */
+  /** The caller's identity, part of the claim's key; undefined with `owner: false` (shared keys). */
   readonly owner?: (request: any) => unknown;
+  /** Only the draft's quoted sf-string; else a bare key too. */
+  readonly strictKeySyntax: boolean;
   /** The route's own fingerprint function, false for none, undefined for the default. */
   readonly fingerprint?: false | ((request: any) => unknown);
   /** Response headers stored and replayed, lower-case. */
@@ -57,10 +72,11 @@ interface KeyedRequest {
 
 /**
  * The claim's key of a request: the `Idempotency-Key` header, an sf-string (RFC 9651, parsed by
- * structured-headers; parameters are allowed and ignored, as for any item), checked as every key
- * is, and prefixed with its owner when the route has one: `<owner, URI-encoded>:<key>`, which no
- * other owner's key can equal (an encoded owner holds no colon). Undefined when the header is
- * missing on a route that does not require it (the request then runs without a claim).
+ * structured-headers; parameters are allowed and ignored, as for any item) or, unless
+ * `strictKeySyntax`, a bare key, checked as every key is, and prefixed with its owner when the
+ * route has one: `<owner part>:<key>` (see ownerKeyPart), which no other owner's key can equal
+ * (an owner part holds no colon). Undefined when the header is missing on a route that does not
+ * require it (the request then runs without a claim).
  */
 export function requestIdempotencyKey(
   scope: string,
@@ -76,22 +92,58 @@ export function requestIdempotencyKey(
   // Node joins a repeated header with ", ": two keys are one malformed list, refused below.
   const raw = Array.isArray(header) ? header.join(', ') : header;
   let value: unknown = PLAIN_SF_STRING.exec(raw)?.[1];
+  if (value === undefined && !mode.strictKeySyntax && BARE_KEY.test(raw)) value = raw;
   if (value === undefined) {
     try {
       [value] = parseItem(raw);
     } catch (error) {
-      throw new InvalidIdempotencyKeyError(keyMalformed(scope, describeError(error)), scope, undefined);
+      throw new InvalidIdempotencyKeyError(
+        keyMalformed(scope, mode.strictKeySyntax, describeError(error)),
+        scope,
+        undefined,
+      );
     }
   }
   if (typeof value !== 'string') {
-    throw new InvalidIdempotencyKeyError(keyMalformed(scope, `got ${raw}`), scope, undefined);
+    throw new InvalidIdempotencyKeyError(
+      keyMalformed(scope, mode.strictKeySyntax, `got ${raw}`),
+      scope,
+      undefined,
+    );
   }
   const key = checkIdempotencyKey(scope, value, maxKeyLength);
   if (!mode.owner) return key;
-  return `${encodeURIComponent(requestOwner(scope, mode.owner, request))}:${key}`;
+  return `${ownerKeyPart(requestOwner(scope, mode.owner, request))}:${key}`;
 }
 
-/** The request's owner, a non-empty string of at most 255 characters, or IdempotencyOwnerUnknownError. */
+/**
+ * An owner as its claim's key holds it: URI-encoded when that is at most 255 characters (no colon,
+ * and never a `=`), else `sha256=` and the hex SHA-256 of its UTF-16 code units, 71 characters
+ * whatever the owner's length. The plain form never holds a `=`, so no hash form equals one; the
+ * code units, not UTF-8, are hashed so that owners differing only in a lone surrogate (which
+ * UTF-8 would turn into the same U+FFFD) stay apart.
+ */
+export function ownerKeyPart(owner: string): string {
+  if (owner.length <= MAX_PLAIN_OWNER_LENGTH) {
+    try {
+      const plain = encodeURIComponent(owner);
+      if (plain.length <= MAX_PLAIN_OWNER_LENGTH) return plain;
+    } catch {
+      // URIError: a lone surrogate, which the hash form takes.
+    }
+  }
+  return `sha256=${sha256Hex(Buffer.from(owner, 'utf16le'))}`;
+}
+
+/**
+ * The key as the client sent it, from the claim's: without its owner part on a route with owners
+ * (the part holds no colon, so the key is what follows the first). What answers name.
+ */
+export function clientKey(mode: RequestMode, claimKey: string): string {
+  return mode.owner ? claimKey.slice(claimKey.indexOf(':') + 1) : claimKey;
+}
+
+/** The request's owner, a non-empty string, or IdempotencyOwnerUnknownError. */
 function requestOwner(scope: string, owner: (request: any) => unknown, request: KeyedRequest): string {
   let value: unknown;
   try {
@@ -100,8 +152,8 @@ function requestOwner(scope: string, owner: (request: any) => unknown, request: 
     throw new IdempotencyOwnerUnknownError(ownerUnknown(scope, `threw: ${describeError(error)}`), scope);
   }
   const text = typeof value === 'number' && Number.isFinite(value) ? String(value) : value;
-  if (typeof text !== 'string' || text.length === 0 || text.length > MAX_OWNER_LENGTH) {
-    const got = typeof text === 'string' ? `returned ${text.length} characters` : `returned ${String(value)}`;
+  if (typeof text !== 'string' || text.length === 0) {
+    const got = typeof text === 'string' ? 'returned an empty string' : `returned ${String(value)}`;
     throw new IdempotencyOwnerUnknownError(ownerUnknown(scope, got), scope);
   }
   return text;
