@@ -27,7 +27,8 @@ export type IdempotencyErrorCode =
   | 'IDEMPOTENCY_KEY_MISSING'
   | 'IDEMPOTENCY_KEY_REUSED'
   | 'IDEMPOTENCY_RESPONSE_NOT_STORED'
-  | 'IDEMPOTENCY_OWNER_UNKNOWN';
+  | 'IDEMPOTENCY_OWNER_UNKNOWN'
+  | 'IDEMPOTENCY_BODY_UNPARSED';
 
 /**
  * Set on every error the library makes, under a registered symbol. The package ships an ESM and a
@@ -56,6 +57,7 @@ interface ErrorOfCode {
   IDEMPOTENCY_KEY_REUSED: IdempotencyKeyReusedError;
   IDEMPOTENCY_RESPONSE_NOT_STORED: ResponseNotStoredError;
   IDEMPOTENCY_OWNER_UNKNOWN: IdempotencyOwnerUnknownError;
+  IDEMPOTENCY_BODY_UNPARSED: UnparsedRequestBodyError;
 }
 
 /**
@@ -76,6 +78,7 @@ const REASONS: Record<number, string> = {
   400: 'Bad Request',
   401: 'Unauthorized',
   409: 'Conflict',
+  415: 'Unsupported Media Type',
   422: 'Unprocessable Content',
   500: 'Internal Server Error',
   503: 'Service Unavailable',
@@ -338,6 +341,27 @@ export class IdempotencyOwnerUnknownError extends IdempotencyError {
 
   constructor(message: string, scope: string) {
     super(message, scope, undefined, 500);
+  }
+}
+
+/**
+ * 415. A request-mode route fingerprints the bytes of each request (the default `fingerprint`),
+ * and this request has a body no parser read: the app parses no such Content-Type (Express parses
+ * only JSON and forms unless told; Fastify refuses unknown types itself), or the route reads the
+ * stream itself. Nothing ran and nothing was written. Register a parser for the type
+ * (`app.useBodyParser()`), or give the route a `fingerprint` of its own.
+ */
+export class UnparsedRequestBodyError extends IdempotencyError {
+  static override readonly CODES = ['IDEMPOTENCY_BODY_UNPARSED'] as const;
+  readonly code = 'IDEMPOTENCY_BODY_UNPARSED' as const;
+
+  constructor(
+    message: string,
+    scope: string,
+    /** The request's media type, lower-case, without parameters; empty when it sent none. */
+    readonly mediaType: string,
+  ) {
+    super(message, scope, undefined, 415);
   }
 }
 

@@ -152,9 +152,13 @@ export interface IdempotentRequestOptions extends IdempotencyClaimOptions {
   /**
    * What a request's fingerprint is made of, stored with its claim: the same key with another
    * fingerprint is answered 422 and runs nothing. By default a SHA-256 of the method, the URL
-   * (path and query) and the raw body (`rawBody: true`; without it, the parsed body serialised
-   * again). A function's value (a string, bytes or JSON) is hashed instead; `false` checks nothing.
-   * @default method, URL and raw body
+   * (path and query), the media type of the Content-Type and the bytes of the body: the raw body
+   * (`rawBody: true`), else a text or Buffer body as a parser left it, else the parsed body
+   * serialised again. A body no parser read (a Content-Type the app has no parser for, or a route
+   * that reads the stream itself) is answered 415 (`IDEMPOTENCY_BODY_UNPARSED`) and runs nothing.
+   * A function's value (a string, bytes or JSON) is hashed instead, and reads what it likes;
+   * `false` checks nothing.
+   * @default method, URL, media type and body bytes
    */
   fingerprint?: false | ((request: any) => unknown);
   /**

@@ -41,8 +41,8 @@ const headerKey = () => undefined;
  *
  * `owner` is required: whose keys they are, or `false` to share them between every caller.
  * Refusals are problem details (`application/problem+json`): no key 400 (`required`), a key
- * reused with another method, URL or body 422, a retry while the first runs 409 + `Retry-After`;
- * none names the owner.
+ * reused with another method, URL, Content-Type or body 422, a retry while the first runs 409 +
+ * `Retry-After`, a body no parser read 415; none names the owner.
  * They are answered by the route's own filter, ProblemDetailsFilter (the library's errors only: an
  * app's filter for IdempotencyError does not see them on this route), so that the Content-Type
  * holds on Nest 11 too. The route keeps Nest's status (201 for POST). HTTP routes only; streams, SSE and `@Res()`

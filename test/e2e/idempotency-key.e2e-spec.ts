@@ -1,6 +1,7 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
 import request from 'supertest';
 import { ExpiredLeaseReporter } from '../../lib/index.js';
+import { IdempotencyKeyBodiesFixtureController } from '../fixtures/idempotency-key-bodies.fixture.js';
 import { IdempotencyKeyFixtureController, SMALL_CAP_BYTES } from '../fixtures/idempotency-key.fixture.js';
 import { Gates, WebhookFixtureModule } from '../fixtures/webhook-fixture.module.js';
 import { ADAPTERS, startApp, type RunningApp } from '../support/app.js';
@@ -27,7 +28,7 @@ describe.each(ADAPTERS)('Idempotency-Key draft conformance (%s)', (adapter) => {
           databaseUrl: db.url,
           // A concurrent retry waits for the first this long before its 409.
           idempotency: { concurrentDuplicateWaitMs: 200 },
-          controllers: [IdempotencyKeyFixtureController],
+          controllers: [IdempotencyKeyFixtureController, IdempotencyKeyBodiesFixtureController],
         }),
       ],
       { rawBody: true },
@@ -306,6 +307,34 @@ describe.each(ADAPTERS)('Idempotency-Key draft conformance (%s)', (adapter) => {
     const tooLong = await pay('k'.repeat(256), { id: `ord_long_key_${adapter}` }, ownerA);
     expectProblem(tooLong, 400, 'Idempotency-Key is malformed');
     expect(await orders(`ord_long_key_${adapter}`)).toBe(0);
+  });
+
+  it("a text/plain body under Nest's default parsers (rawBody: true) is never fingerprinted as nothing", async () => {
+    // Express parses no text/plain by default: the body is unseen, so 415 and nothing runs. Fastify
+    // parses it as text: another body under the key is 422.
+    const key = `text-plain-${adapter}`;
+    const send = (order: string, body: string) =>
+      request(running.url)
+        .post('/api/bodies')
+        .set('Idempotency-Key', `"${key}"`)
+        .set('X-Order', order)
+        .set('Content-Type', 'text/plain')
+        .send(body);
+    const first = await send(`ord_text_10_${adapter}`, 'refund 10');
+    const second = await send(`ord_text_99999_${adapter}`, 'refund 99999');
+    if (adapter === 'express') {
+      expect(first.status).toBe(415);
+      expect(first.headers['content-type']).toMatch(/^application\/problem\+json/);
+      expect(first.body).toMatchObject({ status: 415, code: 'IDEMPOTENCY_BODY_UNPARSED' });
+      expect(first.body.detail).toContain('text/plain');
+      expect(second.status).toBe(415);
+      expect(await claims(key)).toBe(0);
+    } else {
+      expect(first.status).toBe(201);
+      expectProblem(second, 422, 'Idempotency-Key is already used');
+    }
+    expect(await orders(`ord_text_99999_${adapter}`)).toBe(0);
+    expect(await orders(`ord_text_10_${adapter}`)).toBe(adapter === 'express' ? 0 : 1);
   });
 
   it('runs a request without the key on a route that does not require one, with no claim', async () => {

@@ -128,6 +128,22 @@ describe('sample: POST /refunds with Idempotency-Key', () => {
     expect(await rows('pi_long_255')).toHaveLength(1);
   });
 
+  it('refuses a body its parsers do not read (text/plain) 415, problem details naming it, writing nothing', async () => {
+    const answer = await request(sample.url)
+      .post('/refunds')
+      .set('Authorization', 'Bearer user_42')
+      .set('Idempotency-Key', '"text-body"')
+      .set('Content-Type', 'text/plain')
+      .send('refund pi_text 500');
+    expect(answer.status).toBe(415);
+    expect(answer.headers['content-type']).toMatch(/^application\/problem\+json/);
+    expect(answer.body).toMatchObject({ code: 'IDEMPOTENCY_BODY_UNPARSED', status: 415 });
+    expect(answer.body.detail).toContain('text/plain');
+    expect(await db.count(`SELECT count(*) FROM processed_events WHERE event_key LIKE '%:text-body'`)).toBe(
+      0,
+    );
+  });
+
   it('never echoes the caller in a refusal: the 422 names the key alone', async () => {
     const key = 'echo-key-1';
     expect((await refund('user_secret_7', key, { paymentIntentId: 'pi_echo', amount: 500 })).status).toBe(

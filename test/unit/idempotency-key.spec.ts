@@ -1,13 +1,19 @@
 import { describe, expect, it } from '@jest/globals';
 import fc from 'fast-check';
+import { createHash } from 'node:crypto';
 import {
   checkIdempotencyKey,
   extractIdempotencyKey,
   MAX_CLAIM_KEY_BYTES,
 } from '../../lib/core/idempotency-key.js';
-import { IdempotencyOwnerUnknownError, InvalidIdempotencyKeyError } from '../../lib/idempotency.errors.js';
+import {
+  IdempotencyOwnerUnknownError,
+  InvalidIdempotencyKeyError,
+  UnparsedRequestBodyError,
+} from '../../lib/idempotency.errors.js';
 import {
   clientKey,
+  requestFingerprint,
   requestIdempotencyKey,
   type RequestMode,
 } from '../../lib/transports/http/request-mode.js';
@@ -338,7 +344,7 @@ describe('extractIdempotencyKey', () => {
   });
 });
 
-describe('request mode: the Idempotency-Key header and the owner', () => {
+describe('request mode: the Idempotency-Key header, the owner and the fingerprint', () => {
   const SCOPE_R = 'RefundsController.create';
   const mode = (extra: Partial<RequestMode> = {}): RequestMode => ({
     required: true,
@@ -453,6 +459,102 @@ describe('request mode: the Idempotency-Key header and the owner', () => {
       expect(clientKey(owned, 'user_42:k:with:colons')).toBe('k:with:colons');
       expect(clientKey(owned, `sha256=${'0'.repeat(64)}:k`)).toBe('k');
       expect(clientKey(mode(), 'user_42:k')).toBe('user_42:k');
+    });
+  });
+
+  describe('the body the fingerprint hashes', () => {
+    const post = (headers: Record<string, string>, fields: Record<string, unknown>) => ({
+      headers: { 'idempotency-key': '"k"', ...headers },
+      method: 'POST',
+      url: '/refunds',
+      ...fields,
+    });
+    const fingerprintOf = (request: ReturnType<typeof post>) => requestFingerprint(mode(), request);
+
+    it('refuses 415 a body no parser read (the stream not read to its end), naming its type, before any claim', () => {
+      const unread = post(
+        { 'content-type': 'Text/Plain; charset=utf-8', 'content-length': '9' },
+        {
+          readableEnded: false,
+        },
+      );
+      const error = thrown(() => requestIdempotencyKey(SCOPE_R, mode(), unread, MAX));
+      expect(error).toBeInstanceOf(UnparsedRequestBodyError);
+      expect(error).toMatchObject({ code: 'IDEMPOTENCY_BODY_UNPARSED', scope: SCOPE_R });
+      expect((error as UnparsedRequestBodyError).getStatus()).toBe(415);
+      expect((error as Error).message).toContain('text/plain');
+      expect((error as Error).message).toContain('useBodyParser');
+      // Fastify's request holds Node's as `raw`; a chunked body is a body too.
+      const fastify = post(
+        { 'content-type': 'application/xml', 'transfer-encoding': 'chunked' },
+        {
+          raw: { readableEnded: false },
+        },
+      );
+      expect(thrown(() => requestIdempotencyKey(SCOPE_R, mode(), fastify, MAX))).toBeInstanceOf(
+        UnparsedRequestBodyError,
+      );
+    });
+
+    it('lets through what it can hash: no body, a parsed body, raw bytes, a text or a Buffer body', () => {
+      const cases = [
+        post({ 'content-length': '0' }, { readableEnded: false }),
+        post({}, {}),
+        post(
+          { 'content-type': 'application/json', 'content-length': '2' },
+          { readableEnded: true, body: {} },
+        ),
+        post(
+          { 'content-type': 'text/plain', 'content-length': '1' },
+          { readableEnded: false, rawBody: Buffer.from('a') },
+        ),
+        post({ 'content-type': 'text/plain', 'content-length': '1' }, { readableEnded: false, body: 'a' }),
+        post(
+          { 'content-type': 'x/y', 'content-length': '1' },
+          { readableEnded: false, body: Buffer.from('a') },
+        ),
+      ];
+      for (const request of cases) expect(requestIdempotencyKey(SCOPE_R, mode(), request, MAX)).toBe('k');
+      // A route with its own fingerprint (or none) reads the request itself: nothing is refused.
+      const unread = post({ 'content-type': 'text/plain', 'content-length': '9' }, { readableEnded: false });
+      expect(requestIdempotencyKey(SCOPE_R, mode({ fingerprint: false }), unread, MAX)).toBe('k');
+      expect(requestIdempotencyKey(SCOPE_R, mode({ fingerprint: () => 'mine' }), unread, MAX)).toBe('k');
+    });
+
+    it('hashes the bytes and their media type: another body or another type is another request', () => {
+      const text = (body: string, type = 'text/plain') =>
+        fingerprintOf(
+          post(
+            { 'content-type': type, 'content-length': String(body.length) },
+            { body, readableEnded: true },
+          ),
+        );
+      expect(text('refund 10')).not.toBe(text('refund 99999'));
+      expect(text('refund 10')).toBe(text('refund 10'));
+      expect(text('<a/>', 'application/xml')).not.toBe(text('<a/>', 'text/plain'));
+      expect(text('<a/>', 'Application/XML; charset=utf-8')).toBe(text('<a/>', 'application/xml'));
+      const bytes = Buffer.from([0, 1, 2]);
+      const raw = fingerprintOf(post({ 'content-type': 'application/octet-stream' }, { body: bytes }));
+      expect(raw).toBe(
+        fingerprintOf(post({ 'content-type': 'application/octet-stream' }, { rawBody: bytes })),
+      );
+      expect(raw).not.toBe(fingerprintOf(post({ 'content-type': 'application/x-other' }, { body: bytes })));
+    });
+
+    it('keeps the fingerprint of a JSON or bodiless request as earlier releases stored it', () => {
+      const sha = (text: string) => createHash('sha256').update(text).digest('hex');
+      const raw = '{"amount": 5}';
+      expect(fingerprintOf(post({ 'content-type': 'application/json' }, { rawBody: Buffer.from(raw) }))).toBe(
+        sha(`POST\n/refunds\n${raw}`),
+      );
+      expect(
+        fingerprintOf(post({ 'content-type': 'application/json; charset=utf-8' }, { body: { amount: 5 } })),
+      ).toBe(sha('POST\n/refunds\n{"amount":5}'));
+      expect(fingerprintOf(post({}, {}))).toBe(sha('POST\n/refunds\nnull'));
+      // The same bytes as JSON and as text are two requests.
+      expect(fingerprintOf(post({ 'content-type': 'text/plain' }, { body: raw }))).not.toBe(
+        sha(`POST\n/refunds\n${raw}`),
+      );
     });
   });
 });

@@ -24,6 +24,7 @@ import { captureHttpResponse } from './stored-http-response.js';
  * | in flight | 409 (or `inFlightStatus`), `Retry-After` | the same, problem details |
  * | key reused (another fingerprint) | 422 with `onKeyConflict: 'refuse'` | 422, problem details |
  * | bad or missing key (or entity or version) | 400, nothing written | 400, problem details |
+ * | a body no parser read (default fingerprint) | (no such check) | 415, problem details, nothing written |
  * | database unavailable | 503, `Retry-After` | the same, problem details |
  * | handler went on after a failed statement | 500, nothing written | the same, problem details |
  */

@@ -4,9 +4,10 @@ import {
   IdempotencyOwnerUnknownError,
   InvalidIdempotencyKeyError,
   MissingIdempotencyKeyError,
+  UnparsedRequestBodyError,
 } from '../../idempotency.errors.js';
 import { describeError } from '../../idempotency.messages.js';
-import { deliveredBytes, sha256Hex } from '../../keys/webhook-fingerprints.js';
+import { sha256Hex } from '../../keys/webhook-fingerprints.js';
 
 /** The request header of the IETF httpapi draft. */
 export const IDEMPOTENCY_KEY_HEADER = 'Idempotency-Key';
@@ -19,6 +20,9 @@ const keyMalformed = (scope: string, strict: boolean, reason: string) =>
 
 const ownerUnknown = (scope: string, got: string) =>
   `${scope} scopes its idempotency keys to their owner, and owner() ${got} for this request; refuse unauthenticated requests with a guard, which runs before the claim`;
+
+const bodyUnparsed = (scope: string, mediaType: string) =>
+  `${scope} tells a retry from another request by the bytes of its body, and no body parser read this one (Content-Type: ${mediaType || 'none'}); nothing ran. Send a Content-Type the API takes. For the app: register a parser for the type (app.useBodyParser(), e.g. 'text' or 'raw' with { type } on Express; a type or RegExp on Fastify), or give @IdempotentRequest a fingerprint function of its own`;
 
 /**
  * An sf-string with no escape and no parameter, the whole header: what clients send (a UUID in
@@ -68,6 +72,9 @@ interface KeyedRequest {
   url?: string;
   rawBody?: unknown;
   body?: unknown;
+  /** Node's request is the request itself on Express; Fastify's holds it as `raw`. */
+  readableEnded?: boolean;
+  raw?: { readableEnded?: boolean };
 }
 
 /**
@@ -76,7 +83,8 @@ interface KeyedRequest {
  * `strictKeySyntax`, a bare key, checked as every key is, and prefixed with its owner when the
  * route has one: `<owner part>:<key>` (see ownerKeyPart), which no other owner's key can equal
  * (an owner part holds no colon). Undefined when the header is missing on a route that does not
- * require it (the request then runs without a claim).
+ * require it (the request then runs without a claim). With the default fingerprint, a body no
+ * parser read is refused here (415), before any claim: its fingerprint would see nothing of it.
  */
 export function requestIdempotencyKey(
   scope: string,
@@ -112,6 +120,10 @@ export function requestIdempotencyKey(
     );
   }
   const key = checkIdempotencyKey(scope, value, maxKeyLength);
+  if (mode.fingerprint === undefined && bodyUnread(request)) {
+    const type = mediaType(request.headers['content-type']);
+    throw new UnparsedRequestBodyError(bodyUnparsed(scope, type), scope, type);
+  }
   if (!mode.owner) return key;
   return `${ownerKeyPart(requestOwner(scope, mode.owner, request))}:${key}`;
 }
@@ -160,9 +172,36 @@ function requestOwner(scope: string, owner: (request: any) => unknown, request: 
 }
 
 /**
- * A request's fingerprint: by default a SHA-256 of its method, its URL (path and query) and its
- * raw body, so the same key sent with another payload, or to another resource of the route, is
- * told apart. With the route's own function, the hash of what it returns.
+ * True when the request has a body (a Content-Length above 0, or a Transfer-Encoding) that no
+ * parser read: no raw body, no text or bytes, and Node's stream not read to its end. Express
+ * leaves a type it has no parser for unread (its body undefined, or `{}` on Express 4), as does
+ * Fastify a type whose parser leaves the stream to the handler (`@fastify/multipart`); Fastify
+ * refuses a type it has no parser for itself (415), before the route. The library does not read
+ * the stream itself: the handler, or an interceptor after this one, may be the one that does.
+ */
+function bodyUnread(request: KeyedRequest): boolean {
+  const { body } = request;
+  if (request.rawBody instanceof Uint8Array || typeof body === 'string' || body instanceof Uint8Array) {
+    return false;
+  }
+  const { headers } = request;
+  const length = headers['content-length'];
+  if (headers['transfer-encoding'] === undefined && !(Number(length) > 0)) return false;
+  return (request.raw ?? request).readableEnded === false;
+}
+
+/** A Content-Type's media type, lower-case, without parameters or spaces; empty for none. */
+function mediaType(header: string | string[] | undefined): string {
+  if (typeof header !== 'string') return '';
+  const semicolon = header.indexOf(';');
+  return (semicolon === -1 ? header : header.slice(0, semicolon)).trim().toLowerCase();
+}
+
+/**
+ * A request's fingerprint: by default a SHA-256 of its method, its URL (path and query), its
+ * media type and the bytes of its body, so that the same key sent with another payload, another
+ * Content-Type, or to another resource of the route, is told apart. With the route's own
+ * function, the hash of what it returns.
  */
 export function requestFingerprint(mode: RequestMode, request: KeyedRequest): string | null {
   if (mode.fingerprint === false) return null;
@@ -174,7 +213,33 @@ export function requestFingerprint(mode: RequestMode, request: KeyedRequest): st
     );
   }
   const url = request.originalUrl ?? request.url ?? '';
-  const bytes = deliveredBytes(request.body, request);
+  const bytes = bodyBytes(request);
   // A body that cannot be serialised (without rawBody) has no fingerprint: nothing to compare.
-  return bytes === undefined ? null : sha256Hex(request.method ?? '', '\n', url, '\n', bytes);
+  if (bytes === undefined) return null;
+  const type = mediaType(request.headers['content-type']);
+  // JSON, and a request without a Content-Type (no body: `null`), hash as earlier releases did,
+  // without the type, so that the claims they stored still match their retries. Every other type
+  // is hashed with its bytes, and cannot meet those: neither a JSON text nor `null` starts with
+  // `type/subtype\n`, and no media type holds a newline.
+  if (type === 'application/json' || type === '') {
+    return sha256Hex(request.method ?? '', '\n', url, '\n', bytes);
+  }
+  return sha256Hex(request.method ?? '', '\n', url, '\n', type, '\n', bytes);
+}
+
+/**
+ * The bytes of a request's body: the raw body when the app keeps it (`rawBody: true`), a text or
+ * Buffer body as its parser left it, else the parsed body serialised again (the same bytes for the
+ * same JSON, spacing aside; `null` for none), else undefined when it cannot be serialised (nested
+ * deeper than the stack, a cycle). A body no parser read was refused before (requestIdempotencyKey).
+ */
+function bodyBytes(request: KeyedRequest): string | Uint8Array | undefined {
+  const { rawBody, body } = request;
+  if (rawBody instanceof Uint8Array) return rawBody;
+  if (typeof body === 'string' || body instanceof Uint8Array) return body;
+  try {
+    return JSON.stringify(body ?? null) ?? '';
+  } catch {
+    return undefined;
+  }
 }
