@@ -193,6 +193,8 @@ function bodyUnread(request: KeyedRequest): boolean {
 /** A Content-Type's media type, lower-case, without parameters or spaces; empty for none. */
 function mediaType(header: string | string[] | undefined): string {
   if (typeof header !== 'string') return '';
+  // What JSON clients send, as it is: no slice, no lower-casing on the route's usual request.
+  if (header === 'application/json') return header;
   const semicolon = header.indexOf(';');
   return (semicolon === -1 ? header : header.slice(0, semicolon)).trim().toLowerCase();
 }
