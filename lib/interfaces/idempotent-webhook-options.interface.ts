@@ -136,9 +136,10 @@ export interface IdempotentRequestOptions extends IdempotencyClaimOptions {
    * caller of the route (a route whose callers cannot be told apart, or need not be). Without it
    * the decorator throws at import. The function must return a non-empty string (or a number) of
    * any length; anything else is answered 500 (`IDEMPOTENCY_OWNER_UNKNOWN`) and runs nothing:
-   * refuse unauthenticated requests in a guard. An owner whose URI-encoded form is longer than 255
-   * characters stands in the claim's key as `sha256=` and the SHA-256 of its UTF-16 code units
-   * (hex); a shorter one as that form. No answer the client receives names the owner.
+   * refuse unauthenticated requests in a guard. An owner of at most 255 characters stands in the
+   * claim's key URI-encoded; a longer one (or one that could not be stored so) as `sha256=` and the
+   * SHA-256 of its UTF-16 code units (hex). No answer the client receives names the owner.
+   * Required: no default.
    */
   owner: false | ((request: any) => unknown);
   /**

@@ -411,12 +411,33 @@ describe('request mode: the Idempotency-Key header, the owner and the fingerprin
       expect(withOwner('o'.repeat(255))).toBe(`${'o'.repeat(255)}:k`);
     });
 
-    it('replaces an owner whose plain form would pass 255 characters by a fixed-length hash', () => {
-      for (const owner of ['o'.repeat(256), 'o'.repeat(10_000), 'é'.repeat(50), 'x'.repeat(100_000)]) {
+    it('replaces an owner longer than 255 characters by a fixed-length hash', () => {
+      for (const owner of ['o'.repeat(256), 'o'.repeat(10_000), 'é'.repeat(300), 'x'.repeat(100_000)]) {
         const key = withOwner(owner);
         expect(key).toMatch(/^sha256=[0-9a-f]{64}:k$/);
         expect(withOwner(owner)).toBe(key);
       }
+    });
+
+    it('keeps every owner of at most 255 characters as earlier releases stored it, but one that cannot fit the index', () => {
+      // 255 characters of 9 encoded characters each: 2295, as earlier releases stored it.
+      expect(withOwner('注'.repeat(255))).toBe(`${encodeURIComponent('注'.repeat(255))}:k`);
+      // With a scope and a key of 255 characters each it would pass the index's bound: no claim
+      // with it was ever stored, and the hash form keeps it storable.
+      const owner = '注'.repeat(255);
+      const [scope, key] = ['S'.repeat(255), 'k'.repeat(255)];
+      const owned = (which: string) =>
+        requestIdempotencyKey(
+          which,
+          mode({ owner: () => owner }),
+          { headers: { 'idempotency-key': key } },
+          MAX,
+        )!;
+      expect(owned(SCOPE_R)).toBe(`${encodeURIComponent(owner)}:${key}`);
+      expect(owned(scope)).toMatch(new RegExp(`^sha256=[0-9a-f]{64}:${key}$`));
+      expect(Buffer.byteLength(scope) + Buffer.byteLength(owned(scope))).toBeLessThanOrEqual(
+        MAX_CLAIM_KEY_BYTES,
+      );
     });
 
     it('keeps two long owners that share a prefix apart', () => {

@@ -1,5 +1,5 @@
 import { parseItem } from 'structured-headers';
-import { checkIdempotencyKey } from '../../core/idempotency-key.js';
+import { checkIdempotencyKey, MAX_CLAIM_KEY_BYTES } from '../../core/idempotency-key.js';
 import {
   IdempotencyOwnerUnknownError,
   InvalidIdempotencyKeyError,
@@ -41,10 +41,9 @@ const PLAIN_SF_STRING = /^"([\x20\x21\x23-\x5b\x5d-\x7e]*)"$/;
 const BARE_KEY = /^[\x21\x23-\x2b\x2d-\x7e]+$/;
 
 /**
- * The longest owner part a claim's key holds as it is (URI-encoded): the 255 characters earlier
- * releases allowed an owner, so that claims stored for the owners they took (all but those whose
- * encoding is longer) still match their retries. A longer one (or one with a lone surrogate,
- * which has no URI encoding) is hashed: the claim's key stays small whatever the owner.
+ * The longest owner a claim's key holds as it is (URI-encoded): the 255 characters earlier
+ * releases allowed an owner, so that every claim they stored still matches its retries (a form
+ * that changed would run a retry again). A longer owner, which they refused, is hashed.
  */
 const MAX_PLAIN_OWNER_LENGTH = 255;
 
@@ -81,7 +80,7 @@ interface KeyedRequest {
  * The claim's key of a request: the `Idempotency-Key` header, an sf-string (RFC 9651, parsed by
  * structured-headers; parameters are allowed and ignored, as for any item) or, unless
  * `strictKeySyntax`, a bare key, checked as every key is, and prefixed with its owner when the
- * route has one: `<owner part>:<key>` (see ownerKeyPart), which no other owner's key can equal
+ * route has one: `<owner part>:<key>` (see ownedKey), which no other owner's key can equal
  * (an owner part holds no colon). Undefined when the header is missing on a route that does not
  * require it (the request then runs without a claim). With the default fingerprint, a body no
  * parser read is refused here (415), before any claim: its fingerprint would see nothing of it.
@@ -125,26 +124,38 @@ export function requestIdempotencyKey(
     throw new UnparsedRequestBodyError(bodyUnparsed(scope, type), scope, type);
   }
   if (!mode.owner) return key;
-  return `${ownerKeyPart(requestOwner(scope, mode.owner, request))}:${key}`;
+  return ownedKey(scope, requestOwner(scope, mode.owner, request), key);
 }
 
 /**
- * An owner as its claim's key holds it: URI-encoded when that is at most 255 characters (no colon,
- * and never a `=`), else `sha256=` and the hex SHA-256 of its UTF-16 code units, 71 characters
- * whatever the owner's length. The plain form never holds a `=`, so no hash form equals one; the
- * code units, not UTF-8, are hashed so that owners differing only in a lone surrogate (which
- * UTF-8 would turn into the same U+FFFD) stay apart.
+ * The claim's key of `key` for `owner`: `<owner, URI-encoded>:<key>` for an owner of at most 255
+ * characters, as earlier releases stored it; else `sha256=<hex>:<key>`, the SHA-256 of the
+ * owner's UTF-16 code units, 71 characters whatever its length. Hashed too: an owner with a lone
+ * surrogate (no URI encoding), and one whose encoding (up to 9 characters a character) would not
+ * fit the claims table's index beside its scope and key (MAX_CLAIM_KEY_BYTES: its claim could
+ * never be stored, so none was). The plain form never holds a `=` (nor a colon), so no hash form
+ * equals one; code units, not UTF-8, are hashed so that owners differing only in a lone surrogate
+ * (which UTF-8 would turn into the same U+FFFD) stay apart.
  */
-export function ownerKeyPart(owner: string): string {
+function ownedKey(scope: string, owner: string, key: string): string {
   if (owner.length <= MAX_PLAIN_OWNER_LENGTH) {
+    let plain: string | undefined;
     try {
-      const plain = encodeURIComponent(owner);
-      if (plain.length <= MAX_PLAIN_OWNER_LENGTH) return plain;
+      plain = encodeURIComponent(owner);
     } catch {
       // URIError: a lone surrogate, which the hash form takes.
     }
+    if (plain !== undefined) {
+      const claimKey = `${plain}:${key}`;
+      // A UTF-16 code unit is at most 3 bytes of UTF-8 (the plain form is ASCII): counted only
+      // when that bound does not settle it.
+      const roomy = (scope.length + key.length) * 3 + plain.length + 1 <= MAX_CLAIM_KEY_BYTES;
+      if (roomy || Buffer.byteLength(scope) + Buffer.byteLength(claimKey) <= MAX_CLAIM_KEY_BYTES) {
+        return claimKey;
+      }
+    }
   }
-  return `sha256=${sha256Hex(Buffer.from(owner, 'utf16le'))}`;
+  return `sha256=${sha256Hex(Buffer.from(owner, 'utf16le'))}:${key}`;
 }
 
 /**
