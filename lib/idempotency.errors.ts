@@ -27,7 +27,8 @@ export type IdempotencyErrorCode =
   | 'IDEMPOTENCY_KEY_MISSING'
   | 'IDEMPOTENCY_KEY_REUSED'
   | 'IDEMPOTENCY_RESPONSE_NOT_STORED'
-  | 'IDEMPOTENCY_OWNER_UNKNOWN';
+  | 'IDEMPOTENCY_OWNER_UNKNOWN'
+  | 'IDEMPOTENCY_BODY_UNPARSED';
 
 /**
  * Set on every error the library makes, under a registered symbol. The package ships an ESM and a
@@ -56,6 +57,7 @@ interface ErrorOfCode {
   IDEMPOTENCY_KEY_REUSED: IdempotencyKeyReusedError;
   IDEMPOTENCY_RESPONSE_NOT_STORED: ResponseNotStoredError;
   IDEMPOTENCY_OWNER_UNKNOWN: IdempotencyOwnerUnknownError;
+  IDEMPOTENCY_BODY_UNPARSED: UnparsedRequestBodyError;
 }
 
 /**
@@ -76,6 +78,7 @@ const REASONS: Record<number, string> = {
   400: 'Bad Request',
   401: 'Unauthorized',
   409: 'Conflict',
+  415: 'Unsupported Media Type',
   422: 'Unprocessable Content',
   500: 'Internal Server Error',
   503: 'Service Unavailable',
@@ -121,13 +124,32 @@ export abstract class IdempotencyError extends HttpException {
   /** Set by asProblemDetails(): the body is then an RFC 9457 problem details object. */
   private problem?: ProblemDetails;
 
+  /** The key as its client sent it, where the claim's key holds more; see withClientKey(). */
+  private clientKey?: string;
+
+  /**
+   * Has the answer (asProblemDetails) name `clientKey`, the key as the client sent it, wherever
+   * the message names the claim's key, which a request-mode route prefixes with the caller's
+   * owner: no answer echoes the owner. `message` and `key` keep the claim's key, for the logs.
+   * Called by the HTTP transport; nothing else needs it.
+   */
+  withClientKey(clientKey: string): this {
+    this.clientKey = clientKey;
+    return this;
+  }
+
   /**
    * Answers this error as problem details (RFC 9457, `application/problem+json`), as the
    * Idempotency-Key draft shows its refusals: what `@IdempotentRequest` routes answer. Webhook
    * routes keep Nest's `{ statusCode, message, error }`.
    */
   asProblemDetails(): this {
-    this.problem = problemDetails(this.code, this.getStatus(), this.message);
+    const { key, clientKey } = this;
+    const detail =
+      key !== undefined && clientKey !== undefined && clientKey !== key
+        ? this.message.replaceAll(key, clientKey)
+        : this.message;
+    this.problem = problemDetails(this.code, this.getStatus(), detail);
     return this;
   }
 
@@ -309,8 +331,9 @@ export class ResponseNotStoredError extends IdempotencyError {
 
 /**
  * 500. A request-mode route scopes its keys to their owner (`owner`), and the function gave no
- * owner for this request (it threw, or returned nothing). Nothing ran. A server fault: refuse
- * unauthenticated requests with a guard, which runs before the claim.
+ * owner for this request (it threw, or returned nothing: not a non-empty string or a number).
+ * Nothing ran. A server fault: refuse unauthenticated requests with a guard, which runs before the
+ * claim. An owner of any length is an owner (a long one is hashed in the claim's key).
  */
 export class IdempotencyOwnerUnknownError extends IdempotencyError {
   static override readonly CODES = ['IDEMPOTENCY_OWNER_UNKNOWN'] as const;
@@ -318,6 +341,27 @@ export class IdempotencyOwnerUnknownError extends IdempotencyError {
 
   constructor(message: string, scope: string) {
     super(message, scope, undefined, 500);
+  }
+}
+
+/**
+ * 415. A request-mode route fingerprints the bytes of each request (the default `fingerprint`),
+ * and this request has a body no parser read: the app parses no such Content-Type (Express parses
+ * only JSON and forms unless told; Fastify refuses unknown types itself), or the route reads the
+ * stream itself. Nothing ran and nothing was written. Register a parser for the type
+ * (`app.useBodyParser()`), or give the route a `fingerprint` of its own.
+ */
+export class UnparsedRequestBodyError extends IdempotencyError {
+  static override readonly CODES = ['IDEMPOTENCY_BODY_UNPARSED'] as const;
+  readonly code = 'IDEMPOTENCY_BODY_UNPARSED' as const;
+
+  constructor(
+    message: string,
+    scope: string,
+    /** The request's media type, lower-case, without parameters; empty when it sent none. */
+    readonly mediaType: string,
+  ) {
+    super(message, scope, undefined, 415);
   }
 }
 

@@ -85,6 +85,7 @@ export {
   PropagationError,
   ResponseNotStoredError,
   TransactionAbortedError,
+  UnparsedRequestBodyError,
   type IdempotencyErrorCode,
   type ProblemDetails,
 } from './idempotency.errors.js';

@@ -130,19 +130,36 @@ export interface IdempotentRequestOptions extends IdempotencyClaimOptions {
    */
   required?: boolean;
   /**
-   * Whose key it is: a function of the request returning the caller's identity (a user, a tenant,
-   * an API key's id), made part of the claim's key, so that one caller's key never replays another
-   * caller's response. It must return a non-empty string (or a number); anything else is answered
-   * 500 (`IDEMPOTENCY_OWNER_UNKNOWN`) and runs nothing: refuse unauthenticated requests in a guard.
-   * @default undefined (keys are shared by every caller of the route)
+   * Whose keys they are, required: a function of the request returning the caller's identity (a
+   * user, a tenant, an API key's id), made part of the claim's key, so that one caller's key never
+   * replays another caller's response; or `false`, the explicit way to share keys between every
+   * caller of the route (a route whose callers cannot be told apart, or need not be). Without it
+   * the decorator throws at import. The function must return a non-empty string (or a number) of
+   * any length; anything else is answered 500 (`IDEMPOTENCY_OWNER_UNKNOWN`) and runs nothing:
+   * refuse unauthenticated requests in a guard. An owner of at most 255 characters stands in the
+   * claim's key URI-encoded; a longer one (or one that could not be stored so) as `sha256=` and the
+   * SHA-256 of its UTF-16 code units (hex). No answer the client receives names the owner.
+   * Required: no default.
    */
-  owner?: (request: any) => unknown;
+  owner: false | ((request: any) => unknown);
+  /**
+   * The key's syntax. `false`: the draft's quoted sf-string (`Idempotency-Key: "k2"`) or a bare
+   * key (`Idempotency-Key: k2`, as most clients send a UUID): visible ASCII without spaces, double
+   * quotes or commas, the header's whole value; `"k2"` and `k2` are the same key. `true`: the
+   * draft's syntax only, a bare key refused 400.
+   * @default false
+   */
+  strictKeySyntax?: boolean;
   /**
    * What a request's fingerprint is made of, stored with its claim: the same key with another
    * fingerprint is answered 422 and runs nothing. By default a SHA-256 of the method, the URL
-   * (path and query) and the raw body (`rawBody: true`; without it, the parsed body serialised
-   * again). A function's value (a string, bytes or JSON) is hashed instead; `false` checks nothing.
-   * @default method, URL and raw body
+   * (path and query), the media type of the Content-Type and the bytes of the body: the raw body
+   * (`rawBody: true`), else a text or Buffer body as a parser left it, else the parsed body
+   * serialised again. A body no parser read (a Content-Type the app has no parser for, or a route
+   * that reads the stream itself) is answered 415 (`IDEMPOTENCY_BODY_UNPARSED`) and runs nothing.
+   * A function's value (a string, bytes or JSON) is hashed instead, and reads what it likes;
+   * `false` checks nothing.
+   * @default method, URL, media type and body bytes
    */
   fingerprint?: false | ((request: any) => unknown);
   /**

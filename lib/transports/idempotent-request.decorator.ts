@@ -10,10 +10,14 @@ import type { IdempotentWebhookMetadata } from './idempotent-webhook.decorator.j
 
 const badRequestOption = (detail: string) => `@IdempotentRequest ${detail}`;
 
+const ownerMissing = (where: string) =>
+  `@IdempotentRequest on ${where} needs owner, whose keys they are: a function of the request returning the caller's identity, e.g. { owner: (request) => request.user.id }, so that one caller's key never replays another's response; or owner: false to share keys between every caller of the route`;
+
 /** `@IdempotentRequest`'s options beside the claim's. */
 const REQUEST_OPTIONS = [
   'required',
   'owner',
+  'strictKeySyntax',
   'fingerprint',
   'replayHeaders',
   'maxStoredResponseBytes',
@@ -35,24 +39,32 @@ const headerKey = () => undefined;
  * async refund(@Body() body: RefundRequest, @Res({ passthrough: true }) response: Response) { ... }
  * ```
  *
+ * `owner` is required: whose keys they are, or `false` to share them between every caller.
  * Refusals are problem details (`application/problem+json`): no key 400 (`required`), a key
- * reused with another method, URL or body 422, a retry while the first runs 409 + `Retry-After`.
+ * reused with another method, URL, Content-Type or body 422, a retry while the first runs 409 +
+ * `Retry-After`, a body no parser read 415; none names the owner.
  * They are answered by the route's own filter, ProblemDetailsFilter (the library's errors only: an
  * app's filter for IdempotencyError does not see them on this route), so that the Content-Type
  * holds on Nest 11 too. The route keeps Nest's status (201 for POST). HTTP routes only; streams, SSE and `@Res()`
  * without passthrough fail the boot.
  */
-export function IdempotentRequest(options: IdempotentRequestOptions = {}): MethodDecorator {
+export function IdempotentRequest(options: IdempotentRequestOptions): MethodDecorator {
   const fail = (detail: string) => new TypeError(badRequestOption(detail));
+  // JavaScript callers may pass nothing: the missing owner is refused at decoration, naming the method.
+  const given: Partial<IdempotentRequestOptions> = options ?? {};
   const {
     required = true,
     owner,
+    strictKeySyntax = false,
     fingerprint,
     replayHeaders = ['Location'],
     maxStoredResponseBytes,
-  } = options;
+  } = given;
   if (typeof required !== 'boolean') throw fail(claimOptionType('required', 'a boolean'));
-  if (owner !== undefined && typeof owner !== 'function') throw fail(claimOptionType('owner', 'a function'));
+  if (owner !== undefined && owner !== false && typeof owner !== 'function') {
+    throw fail(claimOptionType('owner', 'a function or false'));
+  }
+  if (typeof strictKeySyntax !== 'boolean') throw fail(claimOptionType('strictKeySyntax', 'a boolean'));
   if (fingerprint !== undefined && fingerprint !== false && typeof fingerprint !== 'function') {
     throw fail(claimOptionType('fingerprint', 'a function or false'));
   }
@@ -75,18 +87,17 @@ export function IdempotentRequest(options: IdempotentRequestOptions = {}): Metho
   }
   const mode: RequestMode = {
     required,
-    owner,
+    owner: owner || undefined,
+    strictKeySyntax,
     fingerprint,
     replayHeaders: replayHeaders.map((name) => name.toLowerCase()),
     maxStoredResponseBytes,
   };
   return (target, propertyKey, descriptor) => {
-    const spec = resolveClaimSpec(
-      '@IdempotentRequest',
-      options,
-      `${target.constructor.name}.${String(propertyKey)}`,
-      REQUEST_OPTIONS,
-    );
+    const where = `${target.constructor.name}.${String(propertyKey)}`;
+    // After the unknown options: a typo of owner is named as one ("did you mean owner?").
+    const spec = resolveClaimSpec('@IdempotentRequest', given, where, REQUEST_OPTIONS);
+    if (owner === undefined) throw new TypeError(ownerMissing(where));
     const metadata: IdempotentWebhookMetadata = {
       ...spec,
       // A client can fix its key: a conflict is always refused.

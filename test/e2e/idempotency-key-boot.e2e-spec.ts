@@ -13,25 +13,25 @@ import { LogCapture } from '../support/log-capture.js';
 @Controller('boot')
 class StreamingRoutes {
   @Post('file')
-  @IdempotentRequest()
+  @IdempotentRequest({ owner: false })
   file(): StreamableFile {
     return new StreamableFile(Buffer.from('x'));
   }
 
   @Sse('events')
-  @IdempotentRequest()
+  @IdempotentRequest({ owner: false })
   events(): Observable<{ data: string }> {
     return of({ data: 'x' });
   }
 
   @Post('observable')
-  @IdempotentRequest()
+  @IdempotentRequest({ owner: false })
   observable(): Observable<number> {
     return of(1);
   }
 
   @Post('own-response')
-  @IdempotentRequest()
+  @IdempotentRequest({ owner: false })
   ownResponse(@Res() response: { send(body: unknown): void }) {
     response.send('sent by the handler');
   }
@@ -40,7 +40,7 @@ class StreamingRoutes {
 @Controller()
 class RequestOnMessage {
   @MessagePattern('boot.request')
-  @IdempotentRequest()
+  @IdempotentRequest({ owner: false })
   onMessage() {
     return 1;
   }
@@ -49,7 +49,7 @@ class RequestOnMessage {
 @Controller('boot')
 class PlainRequestRoute {
   @Post('refunds')
-  @IdempotentRequest()
+  @IdempotentRequest({ owner: false })
   refund(@Body() body: object) {
     return body;
   }

@@ -93,4 +93,65 @@ describe('sample: POST /refunds with Idempotency-Key', () => {
     expect(answer.body.message).toContain('amount');
     expect(await rows('pi_bad')).toHaveLength(0);
   });
+
+  it('takes a bare key, as most clients send a UUID, as the same key as its quoted form', async () => {
+    const key = '0d7f4f2c-6a51-4c8e-9a3b-5f1e2d3c4b5a';
+    const bare = await request(sample.url)
+      .post('/refunds')
+      .set('Authorization', 'Bearer user_42')
+      .set('Idempotency-Key', key)
+      .send({ paymentIntentId: 'pi_bare', amount: 500 });
+    expect(bare.status).toBe(201);
+    const quoted = await refund('user_42', key, { paymentIntentId: 'pi_bare', amount: 500 });
+    expect(quoted.status).toBe(201);
+    expect(quoted.headers['idempotent-replayed']).toBe('true');
+    expect(quoted.body).toEqual(bare.body);
+    expect(await rows('pi_bare')).toHaveLength(1);
+  });
+
+  it('refuses a bearer token longer than a user id 401 naming the limit, never 500, writing nothing', async () => {
+    for (const length of [256, 10_000]) {
+      const answer = await refund('u'.repeat(length), `long-token-${length}`, {
+        paymentIntentId: `pi_long_${length}`,
+        amount: 500,
+      });
+      expect(answer.status).toBe(401);
+      expect(answer.body.message).toContain('at most 255 characters');
+      expect(await rows(`pi_long_${length}`)).toHaveLength(0);
+    }
+    // The longest user id is a user: processed, and its retry replayed.
+    const longest = 'u'.repeat(255);
+    const first = await refund(longest, 'long-token-255', { paymentIntentId: 'pi_long_255', amount: 500 });
+    expect(first.status).toBe(201);
+    const retry = await refund(longest, 'long-token-255', { paymentIntentId: 'pi_long_255', amount: 500 });
+    expect(retry.headers['idempotent-replayed']).toBe('true');
+    expect(await rows('pi_long_255')).toHaveLength(1);
+  });
+
+  it('refuses a body its parsers do not read (text/plain) 415, problem details naming it, writing nothing', async () => {
+    const answer = await request(sample.url)
+      .post('/refunds')
+      .set('Authorization', 'Bearer user_42')
+      .set('Idempotency-Key', '"text-body"')
+      .set('Content-Type', 'text/plain')
+      .send('refund pi_text 500');
+    expect(answer.status).toBe(415);
+    expect(answer.headers['content-type']).toMatch(/^application\/problem\+json/);
+    expect(answer.body).toMatchObject({ code: 'IDEMPOTENCY_BODY_UNPARSED', status: 415 });
+    expect(answer.body.detail).toContain('text/plain');
+    expect(await db.count(`SELECT count(*) FROM processed_events WHERE event_key LIKE '%:text-body'`)).toBe(
+      0,
+    );
+  });
+
+  it('never echoes the caller in a refusal: the 422 names the key alone', async () => {
+    const key = 'echo-key-1';
+    expect((await refund('user_secret_7', key, { paymentIntentId: 'pi_echo', amount: 500 })).status).toBe(
+      201,
+    );
+    const reused = await refund('user_secret_7', key, { paymentIntentId: 'pi_echo', amount: 900 });
+    expect(reused.status).toBe(422);
+    expect(reused.body.detail).toContain(key);
+    expect(JSON.stringify(reused.body)).not.toContain('user_secret_7');
+  });
 });

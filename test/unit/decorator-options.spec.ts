@@ -32,9 +32,12 @@ describe('decorator options', () => {
   });
 
   it.each([
-    [{ requried: false }, 'requried', 'required'],
-    [{ replayHeader: ['Location'] }, 'replayHeader', 'replayHeaders'],
-    [{ fingerprints: false }, 'fingerprints', 'fingerprint'],
+    [{ owner: false, requried: false }, 'requried', 'required'],
+    [{ owner: false, replayHeader: ['Location'] }, 'replayHeader', 'replayHeaders'],
+    [{ owner: false, fingerprints: false }, 'fingerprints', 'fingerprint'],
+    [{ owner: false, strictKeySyntx: true }, 'strictKeySyntx', 'strictKeySyntax'],
+    // A typo of owner is named as one, not as a missing owner.
+    [{ ownr: () => 'user' }, 'ownr', 'owner'],
   ] as const)(
     '@IdempotentRequest refuses %j at decoration, suggesting the option meant',
     (options, wrong, meant) => {
@@ -51,15 +54,43 @@ describe('decorator options', () => {
     expect(() => IdempotentWebhook(loose({ key, onKeyConflict: 'strict' }))).toThrow(
       "@IdempotentWebhook option onKeyConflict must be 'replay' or 'refuse', got strict",
     );
-    expect(() => IdempotentRequest(loose({ required: 'yes' }))).toThrow(
+    expect(() => IdempotentRequest(loose({ owner: false, required: 'yes' }))).toThrow(
       '@IdempotentRequest required must be a boolean',
     );
-    expect(() => IdempotentRequest(loose({ maxStoredResponseBytes: 0 }))).toThrow(
+    expect(() => IdempotentRequest(loose({ owner: false, strictKeySyntax: 'yes' }))).toThrow(
+      '@IdempotentRequest strictKeySyntax must be a boolean',
+    );
+    expect(() => IdempotentRequest(loose({ owner: 'user' }))).toThrow(
+      '@IdempotentRequest owner must be a function or false',
+    );
+    expect(() => IdempotentRequest(loose({ owner: false, maxStoredResponseBytes: 0 }))).toThrow(
       '@IdempotentRequest maxStoredResponseBytes must be a positive whole number, got 0',
     );
-    expect(() => IdempotentRequest(loose({ replayHeaders: ['Loca tion'] }))).toThrow(
+    expect(() => IdempotentRequest(loose({ owner: false, replayHeaders: ['Loca tion'] }))).toThrow(
       '@IdempotentRequest replayHeaders must be an array of header names',
     );
+  });
+
+  it.each([
+    ['no options', undefined],
+    ['options without owner', { required: true }],
+    ['owner: undefined', { owner: undefined }],
+  ])(
+    '@IdempotentRequest with %s fails at import, naming owner and both ways to give it',
+    (_what, options) => {
+      const decorate = () => apply(IdempotentRequest(loose(options as never)) as never);
+      expect(decorate).toThrow(TypeError);
+      expect(decorate).toThrow('@IdempotentRequest on Handlers.handle needs owner');
+      expect(decorate).toThrow('owner: (request) => request.user.id');
+      expect(decorate).toThrow('owner: false');
+    },
+  );
+
+  it('@IdempotentRequest takes owner: false, the explicit way to share keys, and an owner function', () => {
+    expect(() => apply(IdempotentRequest({ owner: false }) as never)).not.toThrow();
+    expect(() =>
+      apply(IdempotentRequest({ owner: (request: { user: { id: string } }) => request.user.id }) as never),
+    ).not.toThrow();
   });
 
   it('says only what is wrong when no option is near', () => {

@@ -1,11 +1,22 @@
 import { describe, expect, it } from '@jest/globals';
 import fc from 'fast-check';
+import { createHash } from 'node:crypto';
 import {
   checkIdempotencyKey,
   extractIdempotencyKey,
   MAX_CLAIM_KEY_BYTES,
 } from '../../lib/core/idempotency-key.js';
-import { InvalidIdempotencyKeyError } from '../../lib/idempotency.errors.js';
+import {
+  IdempotencyOwnerUnknownError,
+  InvalidIdempotencyKeyError,
+  UnparsedRequestBodyError,
+} from '../../lib/idempotency.errors.js';
+import {
+  clientKey,
+  requestFingerprint,
+  requestIdempotencyKey,
+  type RequestMode,
+} from '../../lib/transports/http/request-mode.js';
 import {
   keyEmpty,
   keyExtractorThrew,
@@ -330,5 +341,241 @@ describe('extractIdempotencyKey', () => {
     ['a too-long key', 'k'.repeat(11), keyTooLong(SCOPE, 11, 10)],
   ])('applies the same checks to what the extractor returns (%s)', (_what, value, message) => {
     expectRejected(() => extractIdempotencyKey(SCOPE, () => value, [], 10), message);
+  });
+});
+
+describe('request mode: the Idempotency-Key header, the owner and the fingerprint', () => {
+  const SCOPE_R = 'RefundsController.create';
+  const mode = (extra: Partial<RequestMode> = {}): RequestMode => ({
+    required: true,
+    strictKeySyntax: false,
+    replayHeaders: [],
+    ...extra,
+  });
+  const keyOf = (header: string | string[], options: Partial<RequestMode> = {}) =>
+    requestIdempotencyKey(SCOPE_R, mode(options), { headers: { 'idempotency-key': header } }, MAX);
+
+  it.each([
+    ['a UUID', '8e03978e-40d5-43e8-bc93-6894a57f9324'],
+    ['base64url', 'q1w2-E3r4_T5y6'],
+    ['a short token', 'k2'],
+    ['digits', '123'],
+    ['visible ASCII punctuation', "a;b=1/c:d?e&f!#$%'()*+.[]^`{|}~\\@<>"],
+  ])('takes a bare key (%s) as the whole header value', (_what, bare) => {
+    expect(keyOf(bare)).toBe(bare);
+  });
+
+  it('reads "k2" and k2 as the same key, quoted through the fast path or the parser', () => {
+    expect(keyOf('"k2"')).toBe('k2');
+    expect(keyOf('k2')).toBe('k2');
+    expect(keyOf('"k2";v=1')).toBe('k2');
+    expect(keyOf('"k\\"2"')).toBe('k"2');
+  });
+
+  it.each([
+    ['a space inside', 'two words'],
+    ['two headers joined', ['k1', 'k2']],
+    ['a comma', 'k1,k2'],
+    ['an unterminated string', '"k1'],
+    ['a quote inside', 'k"1'],
+    ['a character above ASCII', 'clé'],
+    ['a control character', 'k\u00011'],
+  ])('refuses a key that is neither an sf-string nor bare (%s), naming both forms', (_what, header) => {
+    const error = thrown(() => keyOf(header));
+    expect(error).toBeInstanceOf(InvalidIdempotencyKeyError);
+    expect((error as Error).message).toContain('a quoted string');
+    expect((error as Error).message).toContain('bare key');
+  });
+
+  it('strictKeySyntax refuses a bare key naming the draft syntax, and takes the quoted one', () => {
+    const error = thrown(() => keyOf('k2', { strictKeySyntax: true }));
+    expect(error).toBeInstanceOf(InvalidIdempotencyKeyError);
+    expect((error as Error).message).toContain('must be a quoted string, as the IETF draft writes it');
+    expect((error as Error).message).not.toContain('bare key');
+    expect(keyOf('"k2"', { strictKeySyntax: true })).toBe('k2');
+  });
+
+  it('keeps the 255-character limit of the key part: 400, however it is written', () => {
+    expect(thrown(() => keyOf('k'.repeat(256)))).toBeInstanceOf(InvalidIdempotencyKeyError);
+    expect(thrown(() => keyOf(`"${'k'.repeat(256)}"`))).toBeInstanceOf(InvalidIdempotencyKeyError);
+    expect(keyOf('k'.repeat(255))).toBe('k'.repeat(255));
+  });
+
+  describe('the owner in the claim key', () => {
+    const withOwner = (owner: unknown) => keyOf('"k"', { owner: () => owner })!;
+
+    it('prefixes a short owner as it is (URI-encoded), as earlier releases stored it', () => {
+      expect(withOwner('user_42')).toBe('user_42:k');
+      expect(withOwner(42)).toBe('42:k');
+      expect(withOwner('a:b c')).toBe('a%3Ab%20c:k');
+      expect(withOwner('o'.repeat(255))).toBe(`${'o'.repeat(255)}:k`);
+    });
+
+    it('replaces an owner longer than 255 characters by a fixed-length hash', () => {
+      for (const owner of ['o'.repeat(256), 'o'.repeat(10_000), 'é'.repeat(300), 'x'.repeat(100_000)]) {
+        const key = withOwner(owner);
+        expect(key).toMatch(/^sha256=[0-9a-f]{64}:k$/);
+        expect(withOwner(owner)).toBe(key);
+      }
+    });
+
+    it('keeps every owner of at most 255 characters as earlier releases stored it, but one that cannot fit the index', () => {
+      // 255 characters of 9 encoded characters each: 2295, as earlier releases stored it.
+      expect(withOwner('注'.repeat(255))).toBe(`${encodeURIComponent('注'.repeat(255))}:k`);
+      // With a scope and a key of 255 characters each it would pass the index's bound: no claim
+      // with it was ever stored, and the hash form keeps it storable.
+      const owner = '注'.repeat(255);
+      const [scope, key] = ['S'.repeat(255), 'k'.repeat(255)];
+      const owned = (which: string) =>
+        requestIdempotencyKey(
+          which,
+          mode({ owner: () => owner }),
+          { headers: { 'idempotency-key': key } },
+          MAX,
+        )!;
+      expect(owned(SCOPE_R)).toBe(`${encodeURIComponent(owner)}:${key}`);
+      expect(owned(scope)).toMatch(new RegExp(`^sha256=[0-9a-f]{64}:${key}$`));
+      expect(Buffer.byteLength(scope) + Buffer.byteLength(owned(scope))).toBeLessThanOrEqual(
+        MAX_CLAIM_KEY_BYTES,
+      );
+    });
+
+    it('keeps two long owners that share a prefix apart', () => {
+      const prefix = 'o'.repeat(9_999);
+      expect(withOwner(`${prefix}a`)).not.toBe(withOwner(`${prefix}b`));
+    });
+
+    it('hashes an owner with a lone surrogate (which has no URI encoding) without meeting another', () => {
+      const lone = withOwner('user\uD800');
+      expect(lone).toMatch(/^sha256=[0-9a-f]{64}:k$/);
+      expect(lone).not.toBe(withOwner('user\uD801'));
+      expect(lone).not.toBe(withOwner('user\uFFFD'));
+    });
+
+    it('property: a hash form never equals a plain form, nor one owner the key of another', () => {
+      const owner = fc.string({ unit: codeUnit, minLength: 1, maxLength: 400, size: 'max' });
+      fc.assert(
+        fc.property(owner, owner, (a, b) => {
+          const [ka, kb] = [withOwner(a), withOwner(b)];
+          // The owner part holds no colon: the client's key is what follows the first one.
+          expect(ka.slice(ka.indexOf(':') + 1)).toBe('k');
+          // A plain form is URI-encoded, which never leaves a '=': it cannot be a hash form.
+          const prefix = ka.slice(0, ka.indexOf(':'));
+          expect(prefix.startsWith('sha256=') || !prefix.includes('=')).toBe(true);
+          if (a !== b) expect(ka).not.toBe(kb);
+        }),
+        { numRuns: 500 },
+      );
+    });
+
+    it('still refuses an owner that gives nothing, naming what it returned and not the owner', () => {
+      for (const owner of [undefined, null, '', Number.NaN, {}]) {
+        const error = thrown(() => withOwner(owner));
+        expect(error).toBeInstanceOf(IdempotencyOwnerUnknownError);
+      }
+    });
+
+    it("names the client's key, never the owner, in the key as answered", () => {
+      const owned = mode({ owner: () => 'user_42' });
+      expect(clientKey(owned, 'user_42:k:with:colons')).toBe('k:with:colons');
+      expect(clientKey(owned, `sha256=${'0'.repeat(64)}:k`)).toBe('k');
+      expect(clientKey(mode(), 'user_42:k')).toBe('user_42:k');
+    });
+  });
+
+  describe('the body the fingerprint hashes', () => {
+    const post = (headers: Record<string, string>, fields: Record<string, unknown>) => ({
+      headers: { 'idempotency-key': '"k"', ...headers },
+      method: 'POST',
+      url: '/refunds',
+      ...fields,
+    });
+    const fingerprintOf = (request: ReturnType<typeof post>) => requestFingerprint(mode(), request);
+
+    it('refuses 415 a body no parser read (the stream not read to its end), naming its type, before any claim', () => {
+      const unread = post(
+        { 'content-type': 'Text/Plain; charset=utf-8', 'content-length': '9' },
+        {
+          readableEnded: false,
+        },
+      );
+      const error = thrown(() => requestIdempotencyKey(SCOPE_R, mode(), unread, MAX));
+      expect(error).toBeInstanceOf(UnparsedRequestBodyError);
+      expect(error).toMatchObject({ code: 'IDEMPOTENCY_BODY_UNPARSED', scope: SCOPE_R });
+      expect((error as UnparsedRequestBodyError).getStatus()).toBe(415);
+      expect((error as Error).message).toContain('text/plain');
+      expect((error as Error).message).toContain('useBodyParser');
+      // Fastify's request holds Node's as `raw`; a chunked body is a body too.
+      const fastify = post(
+        { 'content-type': 'application/xml', 'transfer-encoding': 'chunked' },
+        {
+          raw: { readableEnded: false },
+        },
+      );
+      expect(thrown(() => requestIdempotencyKey(SCOPE_R, mode(), fastify, MAX))).toBeInstanceOf(
+        UnparsedRequestBodyError,
+      );
+    });
+
+    it('lets through what it can hash: no body, a parsed body, raw bytes, a text or a Buffer body', () => {
+      const cases = [
+        post({ 'content-length': '0' }, { readableEnded: false }),
+        post({}, {}),
+        post(
+          { 'content-type': 'application/json', 'content-length': '2' },
+          { readableEnded: true, body: {} },
+        ),
+        post(
+          { 'content-type': 'text/plain', 'content-length': '1' },
+          { readableEnded: false, rawBody: Buffer.from('a') },
+        ),
+        post({ 'content-type': 'text/plain', 'content-length': '1' }, { readableEnded: false, body: 'a' }),
+        post(
+          { 'content-type': 'x/y', 'content-length': '1' },
+          { readableEnded: false, body: Buffer.from('a') },
+        ),
+      ];
+      for (const request of cases) expect(requestIdempotencyKey(SCOPE_R, mode(), request, MAX)).toBe('k');
+      // A route with its own fingerprint (or none) reads the request itself: nothing is refused.
+      const unread = post({ 'content-type': 'text/plain', 'content-length': '9' }, { readableEnded: false });
+      expect(requestIdempotencyKey(SCOPE_R, mode({ fingerprint: false }), unread, MAX)).toBe('k');
+      expect(requestIdempotencyKey(SCOPE_R, mode({ fingerprint: () => 'mine' }), unread, MAX)).toBe('k');
+    });
+
+    it('hashes the bytes and their media type: another body or another type is another request', () => {
+      const text = (body: string, type = 'text/plain') =>
+        fingerprintOf(
+          post(
+            { 'content-type': type, 'content-length': String(body.length) },
+            { body, readableEnded: true },
+          ),
+        );
+      expect(text('refund 10')).not.toBe(text('refund 99999'));
+      expect(text('refund 10')).toBe(text('refund 10'));
+      expect(text('<a/>', 'application/xml')).not.toBe(text('<a/>', 'text/plain'));
+      expect(text('<a/>', 'Application/XML; charset=utf-8')).toBe(text('<a/>', 'application/xml'));
+      const bytes = Buffer.from([0, 1, 2]);
+      const raw = fingerprintOf(post({ 'content-type': 'application/octet-stream' }, { body: bytes }));
+      expect(raw).toBe(
+        fingerprintOf(post({ 'content-type': 'application/octet-stream' }, { rawBody: bytes })),
+      );
+      expect(raw).not.toBe(fingerprintOf(post({ 'content-type': 'application/x-other' }, { body: bytes })));
+    });
+
+    it('keeps the fingerprint of a JSON or bodiless request as earlier releases stored it', () => {
+      const sha = (text: string) => createHash('sha256').update(text).digest('hex');
+      const raw = '{"amount": 5}';
+      expect(fingerprintOf(post({ 'content-type': 'application/json' }, { rawBody: Buffer.from(raw) }))).toBe(
+        sha(`POST\n/refunds\n${raw}`),
+      );
+      expect(
+        fingerprintOf(post({ 'content-type': 'application/json; charset=utf-8' }, { body: { amount: 5 } })),
+      ).toBe(sha('POST\n/refunds\n{"amount":5}'));
+      expect(fingerprintOf(post({}, {}))).toBe(sha('POST\n/refunds\nnull'));
+      // The same bytes as JSON and as text are two requests.
+      expect(fingerprintOf(post({ 'content-type': 'text/plain' }, { body: raw }))).not.toBe(
+        sha(`POST\n/refunds\n${raw}`),
+      );
+    });
   });
 });

@@ -12,7 +12,8 @@ import {
   type RequestMode,
 } from '../../lib/transports/http/request-mode.js';
 
-const MODE: RequestMode = { required: true, replayHeaders: ['location'] };
+const MODE: RequestMode = { required: true, strictKeySyntax: false, replayHeaders: ['location'] };
+const STRICT: RequestMode = { ...MODE, strictKeySyntax: true };
 const keyOf = (header: string | undefined, mode: RequestMode = MODE) =>
   requestIdempotencyKey(
     'Refunds.create',
@@ -22,21 +23,28 @@ const keyOf = (header: string | undefined, mode: RequestMode = MODE) =>
   );
 
 describe('key checks', () => {
-  it('reads the Idempotency-Key header as an sf-string, parameters ignored, and refuses anything else', () => {
+  it('reads the Idempotency-Key header as an sf-string, parameters ignored, or a bare key, and refuses anything else', () => {
     expect(keyOf('"8e03978e-40d5"')).toBe('8e03978e-40d5');
     expect(keyOf('"a \\"quoted\\" key"')).toBe('a "quoted" key');
     expect(keyOf('"8e03978e";v=1')).toBe('8e03978e');
-    expect(() => keyOf('8e03978e-40d5')).toThrow('must be a quoted string');
+    expect(keyOf('8e03978e-40d5')).toBe('8e03978e-40d5');
+    expect(keyOf('token')).toBe('token');
     expect(() => keyOf('"a", "b"')).toThrow('must be a quoted string');
-    expect(() => keyOf('token')).toThrow('must be a quoted string');
+    expect(() => keyOf('a, b')).toThrow('or a bare key');
+    // strictKeySyntax: the draft's syntax only.
+    expect(() => keyOf('8e03978e-40d5', STRICT)).toThrow('must be a quoted string');
+    expect(() => keyOf('token', STRICT)).toThrow('must be a quoted string');
+    expect(keyOf('"token"', STRICT)).toBe('token');
     expect(() => keyOf('""')).toThrow('is empty');
     expect(() => keyOf(undefined)).toThrow('requires an Idempotency-Key header');
     expect(keyOf(undefined, { ...MODE, required: false })).toBeUndefined();
   });
 
-  it('reads every header as structured-headers does, quoted strings and anything else', () => {
-    // A header the parser reads as a string gives that string; one it refuses, or reads as
-    // another item, is refused: the plain-string fast path must never answer otherwise.
+  it('reads every header as structured-headers does, quoted strings and anything else; a bare key as itself', () => {
+    // Strict: a header the parser reads as a string gives that string; one it refuses, or reads
+    // as another item, is refused: the plain-string fast path must never answer otherwise. By
+    // default a header that is no sf-string but a bare key (visible ASCII without space, double
+    // quote or comma) is that key, and any other is refused.
     const parsed = (header: string) => {
       try {
         const [value] = parseItem(header);
@@ -45,13 +53,14 @@ describe('key checks', () => {
         return undefined;
       }
     };
-    const read = (header: string) => {
+    const read = (header: string, mode: RequestMode) => {
       try {
-        return keyOf(header);
+        return keyOf(header, mode);
       } catch {
         return undefined;
       }
     };
+    const bare = (header: string) => (/^[\x21\x23-\x2b\x2d-\x7e]+$/.test(header) ? header : undefined);
     const unit = fc.oneof(
       fc.constantFrom('"', '\\', ';', ',', ' ', '=', '%', '*', 'a', '0', '\u007f', '\u0019', '\u00e9'),
       fc.integer({ min: 0x20, max: 0x7e }).map((code) => String.fromCharCode(code)),
@@ -63,7 +72,11 @@ describe('key checks', () => {
       inner,
     );
     fc.assert(
-      fc.property(header, (value) => read(value) === parsed(value)),
+      fc.property(
+        header,
+        (value) =>
+          read(value, STRICT) === parsed(value) && read(value, MODE) === (parsed(value) ?? bare(value)),
+      ),
       { numRuns: 3000 },
     );
   });
@@ -81,7 +94,7 @@ describe('key checks', () => {
     // An owner with a colon is encoded, so "a:b" + "c" never equals "a" + "b:c".
     expect(owned('a:b')).toBe('a%3Ab:k:1');
     expect(() => owned(undefined)).toThrow('owner() returned undefined');
-    expect(() => owned('')).toThrow('owner() returned 0 characters');
+    expect(() => owned('')).toThrow('owner() returned an empty string');
   });
 
   it('fingerprints a Stripe event without pending_webhooks, and tells two events apart', () => {
@@ -122,11 +135,17 @@ describe('key checks', () => {
     expect(sha256Hex(...request)).toBe(partByPart(...request));
     // Request mode over the raw body and over the parsed one: the same digest as before.
     expect(
-      requestFingerprint(MODE, { method: 'POST', url: '/refunds?x=1', body: {}, rawBody: body } as never),
+      requestFingerprint(MODE, {
+        headers: {},
+        method: 'POST',
+        url: '/refunds?x=1',
+        body: {},
+        rawBody: body,
+      } as never),
     ).toBe(partByPart(...request));
-    expect(requestFingerprint(MODE, { method: 'POST', url: '/refunds', body: { a: 1 } } as never)).toBe(
-      partByPart('POST', '\n', '/refunds', '\n', '{"a":1}'),
-    );
+    expect(
+      requestFingerprint(MODE, { headers: {}, method: 'POST', url: '/refunds', body: { a: 1 } } as never),
+    ).toBe(partByPart('POST', '\n', '/refunds', '\n', '{"a":1}'));
   });
 
   it('conflicts only when both fingerprints are known and differ', () => {

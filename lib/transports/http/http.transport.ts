@@ -2,10 +2,15 @@ import { Inject, Injectable, Logger, type ExecutionContext } from '@nestjs/commo
 import { HttpAdapterHost } from '@nestjs/core';
 import { storedBody, type StoredResponse } from '../../core/claim-check.js';
 import { IDEMPOTENCY_CONFIG, REPLAYED_HEADER, STALE_HEADER } from '../../idempotency.constants.js';
-import { EventInFlightError, IdempotencyUnavailableError } from '../../idempotency.errors.js';
+import {
+  EventInFlightError,
+  IdempotencyError,
+  IdempotencyUnavailableError,
+} from '../../idempotency.errors.js';
 import type { IdempotencyConfig } from '../../interfaces/index.js';
 import type { DeliveryTransport, SettledResult } from '../delivery-transport.js';
 import type { IdempotentWebhookMetadata } from '../idempotent-webhook.decorator.js';
+import { clientKey } from './request-mode.js';
 import { captureHttpResponse } from './stored-http-response.js';
 
 /**
@@ -19,6 +24,7 @@ import { captureHttpResponse } from './stored-http-response.js';
  * | in flight | 409 (or `inFlightStatus`), `Retry-After` | the same, problem details |
  * | key reused (another fingerprint) | 422 with `onKeyConflict: 'refuse'` | 422, problem details |
  * | bad or missing key (or entity or version) | 400, nothing written | 400, problem details |
+ * | a body no parser read (default fingerprint) | (no such check) | 415, problem details, nothing written |
  * | database unavailable | 503, `Retry-After` | the same, problem details |
  * | handler went on after a failed statement | 500, nothing written | the same, problem details |
  * | handler returned with a 5xx status it set | its answer; rolled back, nothing stored, run again | the same |
@@ -52,11 +58,22 @@ export class HttpTransport implements DeliveryTransport {
 
   /**
    * The library's errors are HttpExceptions already: those that ask for a retry say when. On a
-   * request-mode route its ProblemDetailsFilter answers them as problem details.
+   * request-mode route its ProblemDetailsFilter answers them as problem details, naming the key
+   * the client sent: the claim's key of a route with owners starts with the owner, which no
+   * answer echoes (whatever message named it: the interceptor's, the strategy's).
    */
-  failure(error: unknown, context: ExecutionContext): unknown {
+  failure(error: unknown, context: ExecutionContext, meta?: IdempotentWebhookMetadata): unknown {
     if (error instanceof EventInFlightError || error instanceof IdempotencyUnavailableError) {
       this.setHeader(context, 'Retry-After', String(error.retryAfterSeconds));
+    }
+    // The route's own claim only: a claim the handler made inside it has a key of its own.
+    if (
+      meta?.request?.owner &&
+      error instanceof IdempotencyError &&
+      error.key !== undefined &&
+      error.scope === meta.scope
+    ) {
+      error.withClientKey(clientKey(meta.request, error.key));
     }
     return error;
   }
