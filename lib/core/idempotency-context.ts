@@ -4,6 +4,7 @@ import type { EntityManager } from 'typeorm';
 import { handoffNotConfigured } from '../idempotency.messages.js';
 import type { EnqueueOptions } from '../interfaces/index.js';
 import type { IdempotentDelivery } from './claim-delivery.js';
+import { downstreamKeyOf } from './downstream-key.js';
 import { processWide } from './process-wide.js';
 import { JOB_ENQUEUER, type JobEnqueuer } from './job-enqueuer.js';
 
@@ -83,9 +84,28 @@ export class IdempotencyContext {
     return this.delivery.stale;
   }
 
-  /** The event's key. */
+  /**
+   * The delivery's key: the event's (Stripe's `evt_...`), a request-mode route's (with its owner),
+   * or, in an `@IdempotentWorker`, the job's (`HandoffJob.key`). To send it downstream, send
+   * `downstreamKey`: this may hold characters no header can carry.
+   */
   get key(): string {
     return this.delivery.key;
+  }
+
+  /**
+   * The delivery's key in a form any HTTP header value can carry, the same on every attempt: for
+   * the `Idempotency-Key` of a call downstream, so that the API there can tell a retry from a new
+   * call. It is `key` itself when that is visible ASCII of at most 255 characters (every Stripe,
+   * GitHub or UUID key), else `sha256-` and the base64url SHA-256 of its UTF-8 bytes (50
+   * characters), also for a key that starts with `sha256-`. In a worker it is the job's key's form.
+   *
+   * ```ts
+   * await fetch(url, { method: 'POST', headers: { 'idempotency-key': this.context.downstreamKey }, body });
+   * ```
+   */
+  get downstreamKey(): string {
+    return downstreamKeyOf(this.delivery.key);
   }
 
   /** The claim's scope (default `Class.method`). */
