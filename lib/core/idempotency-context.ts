@@ -139,11 +139,16 @@ export class IdempotencyContext {
    * writes and the job commit together or not at all, and the delivery is acknowledged after that
    * one COMMIT. The job carries this
    * delivery's key, scope and source; an `@IdempotentWorker` on `queue` runs it under a claim of
-   * its own. Resolves with the job's id; rejects (failing the delivery, which rolls back) when the
-   * queue does not exist or the module has no `handoff` option.
+   * its own, keyed by the job: every job enqueued runs (one per line item, say), each once however
+   * often pg-boss hands it out. `options.key` gives the job a key of your own instead of its id:
+   * jobs with the same key run once on their worker, across deliveries. Resolves with the job's id;
+   * rejects (failing the delivery, which rolls back) when the queue does not exist, the module has
+   * no `handoff` option, or `options.key` is not a usable key (`InvalidIdempotencyKeyError`, 400).
    *
    * ```ts
    * await this.context.enqueue('fulfilment', { sessionId: session.id });
+   * // Once per order, however many events ask for it:
+   * await this.context.enqueue('shipping', { orderId }, { key: `ship:${orderId}` });
    * ```
    */
   enqueue<T>(queue: string, data: T, options?: EnqueueOptions): Promise<string> {
