@@ -1,5 +1,5 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
-import { HandoffMetrics, type HandoffOptions } from '../../lib/index.js';
+import { HandoffMetrics, HandoffQueues, type HandoffOptions } from '../../lib/index.js';
 import {
   keyEmpty,
   keyHasControl,
@@ -258,6 +258,41 @@ describe('handoff: every job is claimed by its own key', () => {
 
     expect([await effects('legacy:1'), await effects('legacy:2')]).toEqual([1, 1]);
     expect((await claims(TX_WORKER_SCOPE)).filter((claim) => ids.includes(claim.event_key))).toHaveLength(2);
+  });
+
+  it('a dead-lettered job moved back keeps its key: its worker claims it as the job it was', async () => {
+    const web = await start({ workers: ['tx'] });
+    const queues = web.app.get(HandoffQueues);
+    // Fails every attempt: retryLimit 3 is four attempts, then the dead-letter queue.
+    expect((await post(web.url, { id: 'evt_dead', job: { failAttempts: 1e9 } })).status).toBe(200);
+    const [original] = await jobs('evt_dead');
+    const deadLettered = async () =>
+      (await queues.deadLetters()).filter((job) => job.event?.key === 'evt_dead');
+    await waitUntil(async () => (await deadLettered()).length === 1, 'the job to be dead-lettered');
+    expect(await claims(TX_WORKER_SCOPE)).toContainEqual({
+      event_key: original.id,
+      status: 'failed',
+      attempts: 4,
+    });
+
+    const [dead] = await deadLettered();
+    const retried = await queues.retryDeadLetter(TX_QUEUE, dead.id);
+    expect(retried).toMatchObject({ retried: true });
+    const jobId = (retried as { jobId: string }).jobId;
+    expect(jobId).not.toBe(original.id);
+    // A new pg-boss job, the same job to its claim: its four attempts add to the same claim's.
+    await waitUntil(
+      async () => (await deadLettered()).length === 1,
+      'the moved-back job to be dead-lettered again',
+    );
+    const moved = (await jobs('evt_dead')).find((job) => job.id === jobId);
+    expect(moved?.key).toBe(original.id);
+    expect(await claims(TX_WORKER_SCOPE)).toContainEqual({
+      event_key: original.id,
+      status: 'failed',
+      attempts: 8,
+    });
+    expect((await claims(TX_WORKER_SCOPE)).map((claim) => claim.event_key)).not.toContain(jobId);
   });
 
   it.each([
