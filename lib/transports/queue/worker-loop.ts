@@ -20,7 +20,7 @@ const jobFailed = (
   retrying: boolean,
   error: unknown,
 ) =>
-  `Job ${id} of queue ${queue} (key ${key}) failed on attempt ${attempt}: ${describeError(error)}; ${retrying ? 'pg-boss retries it after its backoff' : 'no retries left, it goes to the dead-letter queue'}`;
+  `Job ${id} of queue ${queue} (${key}) failed on attempt ${attempt}: ${describeError(error)}; ${retrying ? 'pg-boss retries it after its backoff' : 'no retries left, it goes to the dead-letter queue'}`;
 
 const jobInFlight = (queue: string, key: string) =>
   `Key ${key} of queue ${queue} is being processed by another job or worker; this job is retried after its backoff`;
@@ -28,7 +28,7 @@ const jobInFlight = (queue: string, key: string) =>
 const jobReplayed = (queue: string, id: string, key: string, scope: string) =>
   key === id
     ? `Job ${id} of queue ${queue} was completed without running again: ${scope} already ran it (pg-boss handed it out again after its effect was recorded)`
-    : `Job ${id} of queue ${queue} was completed without running: ${scope} already ran a job with key ${key} (enqueue()'s key option)`;
+    : `Job ${id} of queue ${queue} was completed without running: ${scope} already ran a job with key ${key} (enqueue()'s key, or the job this one is a copy of)`;
 
 const jobSettleFailed = (queue: string, id: string, what: string, error: unknown) =>
   `Could not mark job ${id} of queue ${queue} ${what}: ${describeError(error)}; pg-boss hands it out again once it expires, and its claim answers it without running it twice`;
@@ -167,7 +167,7 @@ export class WorkerLoop {
         { origin: { system: 'pg-boss', destination: queue, carrier: payload.trace } },
       );
     } catch (error) {
-      await this.fail(job, key, attempt, lastAttempt, error);
+      await this.fail(job, key, attempt, lastAttempt, error, event.key);
       return;
     }
     switch (result.kind) {
@@ -184,7 +184,7 @@ export class WorkerLoop {
         this.deps.logger.log(jobReplayed(queue, job.id, key, spec.scope));
         return;
       case 'in_flight':
-        await this.fail(job, key, attempt, lastAttempt, new Error(jobInFlight(queue, key)));
+        await this.fail(job, key, attempt, lastAttempt, new Error(jobInFlight(queue, key)), event.key);
         return;
     }
   }
@@ -203,13 +203,15 @@ export class WorkerLoop {
     attempt: number,
     lastAttempt: boolean,
     error: unknown,
+    eventKey?: string,
   ): Promise<void> {
     const { boss, metrics, logger } = this.deps;
     const { queue } = this.worker;
     const message = error instanceof Error ? error.message : String(error);
     metrics.count('failed', queue);
     metrics.count(lastAttempt ? 'dead_lettered' : 'retried', queue);
-    const log = jobFailed(queue, job.id, key || '(none)', attempt, !lastAttempt, error);
+    const which = key ? `key ${key}${eventKey === undefined ? '' : `, event ${eventKey}`}` : 'no key';
+    const log = jobFailed(queue, job.id, which, attempt, !lastAttempt, error);
     if (lastAttempt) logger.error(log);
     else logger.warn(log);
     try {
