@@ -4,6 +4,7 @@ import type { EntityManager } from 'typeorm';
 import { handoffNotConfigured } from '../idempotency.messages.js';
 import type { EnqueueOptions } from '../interfaces/index.js';
 import type { IdempotentDelivery } from './claim-delivery.js';
+import { downstreamKeyOf } from './downstream-key.js';
 import { processWide } from './process-wide.js';
 import { JOB_ENQUEUER, type JobEnqueuer } from './job-enqueuer.js';
 
@@ -87,9 +88,28 @@ export class IdempotencyContext {
     return this.delivery.stale;
   }
 
-  /** The event's key. */
+  /**
+   * The delivery's key: the event's (Stripe's `evt_...`), a request-mode route's (with its owner),
+   * or, in an `@IdempotentWorker`, the job's (`HandoffJob.key`). To send it downstream, send
+   * `downstreamKey`: this may hold characters no header can carry.
+   */
   get key(): string {
     return this.delivery.key;
+  }
+
+  /**
+   * The delivery's key in a form any HTTP header value can carry, the same on every attempt: for
+   * the `Idempotency-Key` of a call downstream, so that the API there can tell a retry from a new
+   * call. It is `key` itself when that is visible ASCII of at most 255 characters (every Stripe,
+   * GitHub or UUID key), else `sha256-` and the base64url SHA-256 of its UTF-8 bytes (50
+   * characters), also for a key that starts with `sha256-`. In a worker it is the job's key's form.
+   *
+   * ```ts
+   * await fetch(url, { method: 'POST', headers: { 'idempotency-key': this.context.downstreamKey }, body });
+   * ```
+   */
+  get downstreamKey(): string {
+    return downstreamKeyOf(this.delivery.key);
   }
 
   /** The claim's scope (default `Class.method`). */
@@ -123,16 +143,21 @@ export class IdempotencyContext {
    * writes and the job commit together or not at all, and the delivery is acknowledged after that
    * one COMMIT. The job carries this
    * delivery's key, scope and source; an `@IdempotentWorker` on `queue` runs it under a claim of
-   * its own. Enqueued inside a transaction the handler opened on the claim's manager (a savepoint:
-   * `manager.transaction()`, nestjs-cls's `Propagation.Nested`) or a claim joined in one, the job
-   * goes with it: not written if it rolls back, even when the handler catches the error
-   * (`SAVEPOINT`/`ROLLBACK TO` sent by hand through `manager.query()` are not followed). Resolves
-   * with the job's id (a job rolled back with its savepoint keeps the id it was given and is never
-   * written); rejects (failing the delivery, which rolls back) when the queue does not exist or
-   * the module has no `handoff` option.
+   * its own, keyed by the job: every job enqueued runs (one per line item, say), each once however
+   * often pg-boss hands it out. `options.key` gives the job a key of your own instead of its id:
+   * jobs with the same key run once on their worker, across deliveries. Enqueued inside a
+   * transaction the handler opened on the claim's manager (a savepoint: `manager.transaction()`,
+   * nestjs-cls's `Propagation.Nested`) or a claim joined in one, the job goes with it: not written
+   * if it rolls back, even when the handler catches the error (`SAVEPOINT`/`ROLLBACK TO` sent by
+   * hand through `manager.query()` are not followed). Resolves with the job's id (a job rolled back
+   * with its savepoint keeps the id it was given and is never written); rejects (failing the
+   * delivery, which rolls back) when the queue does not exist, the module has no `handoff` option,
+   * or `options.key` is not a usable key (`InvalidIdempotencyKeyError`, 400).
    *
    * ```ts
    * await this.context.enqueue('fulfilment', { sessionId: session.id });
+   * // Once per order, however many events ask for it:
+   * await this.context.enqueue('shipping', { orderId }, { key: `ship:${orderId}` });
    * ```
    */
   enqueue<T>(queue: string, data: T, options?: EnqueueOptions): Promise<string> {

@@ -84,11 +84,23 @@ export interface EnqueueOptions {
    * @default 0
    */
   priority?: number;
+  /**
+   * The job's own key: what the worker claims it under (`HandoffJob.key`), so that jobs with the
+   * same key on one worker run once, whichever delivery enqueued them (an order fulfilled once,
+   * however many events ask for it). Checked as every key is: a bad one rejects the enqueue with
+   * `InvalidIdempotencyKeyError` (the delivery fails with 400, nothing written). A job whose key
+   * already ran is completed without running, counted `replayed` and logged.
+   * @default the job's id: every job runs once, however often pg-boss hands it out
+   */
+  key?: string;
 }
 
 /** The event a job was handed off by: the delivery that enqueued it. */
 export interface HandedOffEvent {
-  /** The event's key (Stripe's `evt_...`): the worker claims it, and it is the Idempotency-Key to send on. */
+  /**
+   * The enqueuing delivery's key (Stripe's `evt_...`). Not the job's: one delivery may enqueue
+   * several jobs, so send `HandoffJob.key` (as `IdempotencyContext.downstreamKey`) downstream.
+   */
   key: string;
   /** The scope of the delivery that enqueued it. */
   scope: string;
@@ -100,6 +112,13 @@ export interface HandedOffEvent {
 export interface HandoffJob<T = unknown> {
   /** pg-boss's job id. */
   id: string;
+  /**
+   * The key the worker claims the job under, the same on every attempt: `enqueue()`'s `key`, else
+   * the id the job was enqueued with (a dead letter moved back keeps it). What the worker is
+   * `IdempotencyContext.key`; send `IdempotencyContext.downstreamKey`, its header-safe form, as the
+   * Idempotency-Key of a call downstream, not `event.key` (two jobs of one event would share it).
+   */
+  key: string;
   queue: string;
   /** What the handler passed to `enqueue()`. */
   data: T;

@@ -27,9 +27,10 @@ export class FulfilmentClient {
   constructor(@InjectSampleConfig() private readonly config: SampleConfig) {}
 
   /**
-   * POSTs `request` (or only logs it when FULFILMENT_URL is unset) with `Idempotency-Key: <idempotencyKey>`. The key is the Stripe event id, the
-   * same on every attempt: if a crashed attempt did reach the API, the API can tell the retry
-   * apart (the header points the other way from webhook dedupe: we are the sender here).
+   * POSTs `request` (or only logs it when FULFILMENT_URL is unset) with `Idempotency-Key:
+   * <idempotencyKey>`: IdempotencyContext.downstreamKey, the Stripe event's id in a form any header
+   * carries, the same on every attempt. If a crashed attempt did reach the API, the API can tell
+   * the retry apart (the header points the other way from webhook dedupe: we are the sender here).
    */
   async send(request: FulfilmentRequest, idempotencyKey: string): Promise<'sent' | 'logged'> {
     const url = this.config.fulfilmentUrl;

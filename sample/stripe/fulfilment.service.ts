@@ -6,8 +6,9 @@ import { webhookAnswer, type WebhookAnswer } from './webhook-answer.js';
 
 /**
  * The fulfilment side of the sample: it calls an API outside the database, so it runs under a
- * lease (external mode) rather than in a transaction. It reads the delivery's key and attempt from
- * IdempotencyContext, which the library makes available to any service the handler calls.
+ * lease (external mode) rather than in a transaction. It reads the delivery's attempt and
+ * downstreamKey (the event's key, header-safe) from IdempotencyContext, which the library makes
+ * available to any service the handler calls.
  */
 @Injectable()
 export class FulfilmentService {
@@ -34,7 +35,8 @@ export class FulfilmentService {
         sessionId: session.id,
         email: session.customer_details?.email ?? session.customer_email ?? null,
       },
-      this.context.key,
+      // The event's key in a form any header carries, the same on every attempt.
+      this.context.downstreamKey,
     );
     if (outcome === 'sent') this.logger.log(`${event.id}: fulfilment sent for ${session.id}`);
     return webhookAnswer(event, outcome === 'sent' ? 'fulfilment_sent' : 'fulfilment_logged');

@@ -6,7 +6,9 @@ import { FULFILMENT_QUEUE, STRIPE_SCOPES } from './stripe-scopes.js';
 /**
  * The async endpoint's worker: each fulfilment job runs under an external-mode lease on the
  * event (IDEMPOTENCY_LEASE_MS, the module's `leaseMs`), and POSTs `{eventId, sessionId, email}`
- * to FULFILMENT_URL with `Idempotency-Key: <event.id>`, the same call as the synchronous endpoint.
+ * to FULFILMENT_URL with `Idempotency-Key: <downstreamKey>`, the same call as the synchronous
+ * endpoint: the job's key is the event's id (the async endpoint enqueues it so), and downstreamKey
+ * is that id as it is, or its `sha256-...` form when it holds what no header carries.
  * A non-2xx answer, a network error or the 10 s timeout throws: the job fails, and pg-boss retries
  * it (after 3-6 s, then doubling; four retries), then moves it to the dead-letter queue, which the
  * reporter logs. A worker killed mid-call leaves its job active: once the job expires
@@ -28,7 +30,9 @@ export class FulfilmentWorker {
     if (attempt > 1) {
       this.logger.warn(`${job.event.key}: attempt ${attempt}, the fulfilment API may already have seen it`);
     }
-    const outcome = await this.client.send(job.data, job.event.key);
+    // The job's key (here the event's id), header-safe: never job.event.key, which every job of
+    // one event would share.
+    const outcome = await this.client.send(job.data, this.context.downstreamKey);
     if (outcome === 'sent') this.logger.log(`${job.event.key}: fulfilment sent for ${job.data.sessionId}`);
   }
 }

@@ -35,7 +35,9 @@ export class StripeFulfilmentAsyncController {
       sessionId: session.id,
       email: session.customer_details?.email ?? session.customer_email ?? null,
     };
-    await this.context.enqueue(FULFILMENT_QUEUE, request);
+    // One fulfilment per event: the job's key is the event's id, which the worker's call then
+    // carries downstream as the synchronous endpoint's does.
+    await this.context.enqueue(FULFILMENT_QUEUE, request, { key: event.id });
     return webhookAnswer(event, 'fulfilment_queued');
   }
 }

@@ -8,7 +8,7 @@ export const STRIPE_SCOPES = {
   fulfilment: 'stripe.fulfilment',
   /** The async endpoint's claim: the event is acknowledged once its job is committed. */
   fulfilmentAsync: 'stripe.fulfilment-async',
-  /** The fulfilment worker's claim, per job: the call to the fulfilment API. */
+  /** The fulfilment worker's claim, per job (keyed by its key, the event's id): the call to the fulfilment API. */
   fulfilmentWorker: 'stripe.fulfilment-worker',
   /** Subscription snapshots, ordered per subscription by the ordering guard (its versions' scope too). */
   subscriptions: 'stripe.subscriptions',

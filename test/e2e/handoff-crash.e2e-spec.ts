@@ -163,7 +163,8 @@ describe('handoff crashes and races (child processes)', () => {
     expect(await effects('evt_kill_tx')).toEqual([2]);
     const [job] = await jobs(TX_QUEUE, 'evt_kill_tx');
     expect(job.retry_count).toBe(1);
-    expect(await claim(TX_WORKER_SCOPE, 'evt_kill_tx')).toEqual({ status: 'done', attempts: 1 });
+    // Recognised by its key (its id) when handed out again: one claim, the job's.
+    expect(await claim(TX_WORKER_SCOPE, job.id)).toEqual({ status: 'done', attempts: 1 });
     // B is the first worker on this queue, so it also runs the first test's job (evt_kill_web):
     // waited for here, so no test after this one finds a job it did not write. None failed.
     await waitUntil(
@@ -188,10 +189,50 @@ describe('handoff crashes and races (child processes)', () => {
     await waitUntil(() => completed(EXTERNAL_QUEUE, 'evt_kill_ext'), 'the job to complete in B', SETTLE_MS);
     const calls = api.callsFor('evt_kill_ext');
     expect(calls).toHaveLength(2);
-    expect(calls.map((call) => call.idempotencyKey)).toEqual(['evt_kill_ext', 'evt_kill_ext']);
+    // The job's key (its id, header-safe as it is) on both attempts, not the event's.
+    const [job] = await jobs(EXTERNAL_QUEUE, 'evt_kill_ext');
+    expect(calls.map((call) => call.idempotencyKey)).toEqual([job.id, job.id]);
     // B re-claimed the expired lease (attempt 2) and made the one database effect.
     expect(await effects('evt_kill_ext')).toEqual([2]);
-    expect(await claim(EXTERNAL_WORKER_SCOPE, 'evt_kill_ext')).toEqual({ status: 'done', attempts: 2 });
+    expect(await claim(EXTERNAL_WORKER_SCOPE, job.id)).toEqual({ status: 'done', attempts: 2 });
+  });
+
+  it('two jobs of one event, their external-mode worker SIGKILLed mid-job: each is handed out again with its own key, one effect each', async () => {
+    const web = await webhook();
+    const lines = ['evt_kill_two:1', 'evt_kill_two:2'];
+    const event = {
+      id: 'evt_kill_two',
+      queue: EXTERNAL_QUEUE,
+      jobs: lines.map((effect) => ({ effect, parkIn: 'A' })),
+    };
+    expect((await post(web.url, event)).status).toBe(200);
+    // A (concurrency 2) takes both jobs, calls the downstream for each, and is killed at the gates.
+    const a = await spawn('A', { workers: ['external'], handoff: quick(EXPIRE_SECONDS) });
+    await Promise.all(lines.map((line) => a.entered(line)));
+    await a.kill();
+
+    await spawn('B', { workers: ['external'], handoff: quick(EXPIRE_SECONDS) });
+    await waitUntil(() => completed(EXTERNAL_QUEUE, 'evt_kill_two'), 'both jobs to complete in B', SETTLE_MS);
+    const found = await jobs(EXTERNAL_QUEUE, 'evt_kill_two');
+    expect(found).toHaveLength(2);
+    const keyOf = new Map(
+      await Promise.all(
+        found.map(async (job) => {
+          const { rows } = await db.pool.query(
+            `SELECT data->'data'->>'effect' AS effect FROM ${SCHEMA}.job WHERE id = $1`,
+            [job.id],
+          );
+          return [rows[0].effect as string, job.id] as const;
+        }),
+      ),
+    );
+    for (const line of lines) {
+      const key = keyOf.get(line)!;
+      // Each job's calls carry its own key, the same on A's attempt and B's.
+      expect([line, api.callsFor(line).map((call) => call.idempotencyKey)]).toEqual([line, [key, key]]);
+      expect([line, await effects(line)]).toEqual([line, [2]]);
+      expect(await claim(EXTERNAL_WORKER_SCOPE, key)).toEqual({ status: 'done', attempts: 2 });
+    }
   });
 
   it('two worker processes racing on one queue, two jobs per event: one effect per event, every job completed', async () => {
@@ -214,7 +255,8 @@ describe('handoff crashes and races (child processes)', () => {
     expect(a.hasEntered('evt_gate_1') !== a.hasEntered('evt_gate_2')).toBe(true);
     const keys = Array.from({ length: 20 }, (_, i) => `evt_race_${i}`);
     for (const id of keys) expect((await post(web.url, { id })).status).toBe(200);
-    // pg-boss delivering a job twice: a second job per event with the same data and created_on,
+    // pg-boss delivering a job twice: a second job per event with the same data (the job's key
+    // included, so the copy is the same job to its claim) and created_on,
     // so the two sit side by side in fetch order and the two workers take them at the same time.
     const copied = await db.pool.query(
       `INSERT INTO ${SCHEMA}.job (name, data, retry_limit, retry_delay, retry_backoff, expire_in, keep_until,

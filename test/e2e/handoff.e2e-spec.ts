@@ -125,6 +125,8 @@ describe('handoff to a worker (pg-boss)', () => {
     const { rows } = await db.pool.query(`SELECT data FROM ${SCHEMA}.job WHERE id = $1`, [body.jobId]);
     expect(rows[0].data).toEqual({
       event: { key: 'evt_commit', scope: WEBHOOK_SCOPE, source: 'fixture' },
+      // The job's own key, by default its id: what the worker claims it under.
+      key: body.jobId,
       data: { note },
     });
 
@@ -134,18 +136,20 @@ describe('handoff to a worker (pg-boss)', () => {
       'the job completed',
     );
     expect(await effects('evt_commit')).toBe(1);
-    expect(await claimStatus(TX_WORKER_SCOPE, 'evt_commit')).toBe('done');
+    // The worker's claim is the job's (its key, by default its id), not the event's.
+    expect(await claimStatus(TX_WORKER_SCOPE, body.jobId)).toBe('done');
+    expect(await claimStatus(TX_WORKER_SCOPE, 'evt_commit')).toBeUndefined();
     // The worker's claim takes the enqueuing delivery's source.
     const source = await db.pool.query(
       'SELECT source FROM processed_events WHERE scope = $1 AND event_key = $2',
-      [TX_WORKER_SCOPE, 'evt_commit'],
+      [TX_WORKER_SCOPE, body.jobId],
     );
     expect(source.rows[0].source).toBe('fixture');
     // One transaction: now() is its start time, so the claim and the job's completion carry the same.
     const times = await db.pool.query(
       `SELECT (SELECT completed_at FROM processed_events WHERE scope = $1 AND event_key = $2) AS claimed,
               (SELECT completed_on FROM ${SCHEMA}.job WHERE id = $3) AS completed`,
-      [TX_WORKER_SCOPE, 'evt_commit', body.jobId],
+      [TX_WORKER_SCOPE, body.jobId, body.jobId],
     );
     expect(times.rows[0].completed).toEqual(times.rows[0].claimed);
     // And the webhook's claim and its job were written by one transaction too.
@@ -248,10 +252,10 @@ describe('handoff to a worker (pg-boss)', () => {
     const snapshot = web.app.get(HandoffMetrics).snapshot();
     expect(snapshot.jobs[TX_QUEUE]).toEqual({ failed: 3, retried: 2, dead_lettered: 1 });
     expect(snapshot.queues[TX_QUEUE]).toMatchObject({ failed: 1, deadLettered: 1, active: 0 });
-    // The worker's claim recorded each failure, as any transaction-mode failure is.
+    // The worker's claim (the job's) recorded each failure, as any transaction-mode failure is.
     const { rows } = await db.pool.query(
       'SELECT status, attempts FROM processed_events WHERE scope = $1 AND event_key = $2',
-      [TX_WORKER_SCOPE, 'evt_poison'],
+      [TX_WORKER_SCOPE, failed.id],
     );
     expect(rows[0]).toEqual({ status: 'failed', attempts: 3 });
   });

@@ -310,7 +310,9 @@ describe('the handoff carries the trace into the worker', () => {
     );
 
     const [webhook] = await sdk.waitForSpans(deliverySpans(WEBHOOK_SCOPE, id));
-    const [worker] = await sdk.waitForSpans(deliverySpans(TX_WORKER_SCOPE, id));
+    // The worker's claim is the job's: its key, by default the job's id.
+    const { jobId } = answer.body as { jobId: string };
+    const [worker] = await sdk.waitForSpans(deliverySpans(TX_WORKER_SCOPE, jobId));
     const [enqueuing] = handlerSpansOf(webhook!);
     expect(worker!.spanContext().traceId).toBe(webhook!.spanContext().traceId);
     expect(worker!.parentSpanContext?.spanId).toBe(enqueuing!.spanContext().spanId);
@@ -318,7 +320,7 @@ describe('the handoff carries the trace into the worker', () => {
     expect(worker!.attributes).toMatchObject({
       'messaging.system': 'pg-boss',
       'messaging.destination.name': TX_QUEUE,
-      'messaging.message.id': id,
+      'messaging.message.id': jobId,
       'idempotency.scope': TX_WORKER_SCOPE,
       'idempotency.outcome': 'claimed',
     });

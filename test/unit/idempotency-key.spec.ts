@@ -20,6 +20,7 @@ import {
 import {
   keyEmpty,
   keyExtractorThrew,
+  keyHasControl,
   keyHasNul,
   keyNotString,
   keyNotWellFormed,
@@ -51,20 +52,39 @@ function expectRejected(run: () => unknown, message: string): void {
 /** V8's own well-formedness check (ES2024), the oracle for the library's regular expression. */
 const isWellFormed = (value: string) => (value as unknown as { isWellFormed(): boolean }).isWellFormed();
 
-/** One code point other than NUL, from every UTF-16 range: ASCII, the rest of the BMP, astral (a pair). */
+/**
+ * One code point a key may hold, from every UTF-16 range: ASCII, the rest of the BMP, astral (a
+ * pair). Not a control character (C0, DEL, C1), which no key may hold.
+ */
 const codePoint = fc
   .oneof(
-    fc.integer({ min: 0x01, max: 0x7f }),
-    fc.integer({ min: 0x80, max: 0xd7ff }),
+    fc.integer({ min: 0x20, max: 0x7e }),
+    fc.integer({ min: 0xa0, max: 0xd7ff }),
     fc.integer({ min: 0xe000, max: 0xffff }),
     fc.integer({ min: 0x10000, max: 0x10ffff }),
   )
   .map((point) => String.fromCodePoint(point));
 
-/** One UTF-16 code unit, lone surrogates and NUL included: strings no well-behaved sender produces. */
+/** A control character other than NUL: C0, DEL, C1. */
+const controlUnit = fc
+  .oneof(fc.integer({ min: 0x01, max: 0x1f }), fc.integer({ min: 0x7f, max: 0x9f }))
+  .map((unit) => String.fromCharCode(unit));
+
+/** The first control character other than NUL in `key`, the library's rule restated. */
+function firstControl(key: string): { character: string; index: number } | undefined {
+  for (let index = 0; index < key.length; index++) {
+    const unit = key.charCodeAt(index);
+    if ((unit >= 0x01 && unit <= 0x1f) || (unit >= 0x7f && unit <= 0x9f)) {
+      return { character: key[index], index };
+    }
+  }
+  return undefined;
+}
+
+/** One UTF-16 code unit, lone surrogates and control characters included: strings no well-behaved sender produces. */
 const codeUnit = fc
   .oneof(
-    fc.constantFrom(0x00, 0xd800, 0xdbff, 0xdc00, 0xdfff),
+    fc.constantFrom(0x00, 0x0a, 0x7f, 0x85, 0xd800, 0xdbff, 0xdc00, 0xdfff),
     fc.integer({ min: 0xd800, max: 0xdfff }),
     fc.integer({ min: 0x00, max: 0xffff }),
   )
@@ -117,6 +137,34 @@ describe('checkIdempotencyKey', () => {
   });
 
   it.each([
+    ['a newline', 'evt\n1', '\n', 3],
+    ['a carriage return', '\revt', '\r', 0],
+    ['a tab', 'evt_\t', '\t', 4],
+    ['U+0001', 'e\u0001', '\u0001', 1],
+    ['U+001F', 'e\u001f', '\u001f', 1],
+    ['DEL (U+007F)', 'evt\u007f', '\u007f', 3],
+    ['NEL (U+0085, C1)', 'évt\u0085', '\u0085', 3],
+    ['U+009F, the last of C1', '\u009f', '\u009f', 0],
+  ])(
+    'rejects a key with a control character (%s), naming its code point and index',
+    (_what, key, character, index) => {
+      expectRejected(() => checkIdempotencyKey(SCOPE, key, MAX), keyHasControl(SCOPE, character, index));
+    },
+  );
+
+  it('names the first control character by its code point', () => {
+    expect(keyHasControl(SCOPE, '\n', 3)).toBe(
+      `Idempotency key of ${SCOPE} contains the control character U+000A (at index 3), which no HTTP header carries intact: such a key could not be sent downstream`,
+    );
+    expect(keyHasControl(SCOPE, '\u0085', 0)).toContain('U+0085 (at index 0)');
+    expectRejected(() => checkIdempotencyKey(SCOPE, 'a\u007fb\nc', MAX), keyHasControl(SCOPE, '\u007f', 1));
+  });
+
+  it('reports NUL for its own reason even after another control character', () => {
+    expectRejected(() => checkIdempotencyKey(SCOPE, 'a\nb\u0000', MAX), keyHasNul(SCOPE));
+  });
+
+  it.each([
     ['a lone high surrogate at the end', 'evt_\uD83D'],
     ['a lone high surrogate before a letter', '\uD83Dx'],
     ['a lone low surrogate', 'evt_\uDE00'],
@@ -139,7 +187,8 @@ describe('checkIdempotencyKey', () => {
     ['non-Latin scripts', 'заказ-注文-طلب-🦄'],
     ['combining marks', 'e\u0301vt'],
     ['one character', 'k'],
-    ['spaces and control characters other than NUL', ' \t\r\n\u0001\u007f '],
+    ['spaces (not control characters)', '  evt 1  '],
+    ['the characters right outside the control ranges', '\u0020\u007e\u00a0\u00ff'],
     ['a private-use code point', '\uE000\u{10FFFD}'],
   ])('accepts %s unchanged', (_what, key) => {
     expect(checkIdempotencyKey(SCOPE, key, MAX)).toBe(key);
@@ -220,7 +269,7 @@ describe('checkIdempotencyKey', () => {
     });
   });
 
-  it('property: any well-formed string of length 1..max without NUL is accepted unchanged', () => {
+  it('property: any well-formed string of length 1..max without control characters is accepted unchanged', () => {
     const keyAndMax = fc
       .string({ unit: codePoint, minLength: 1, maxLength: 64, size: 'max' })
       .chain((key) => fc.tuple(fc.constant(key), fc.integer({ min: key.length, max: key.length + 300 })));
@@ -264,14 +313,37 @@ describe('checkIdempotencyKey', () => {
     );
   });
 
-  it('property: on arbitrary UTF-16, accepted exactly when V8 calls it well-formed (and it has no NUL)', () => {
+  it('property: a key with a control character is rejected, naming the first one', () => {
+    const withControl = fc
+      .tuple(
+        fc.string({ unit: codePoint, maxLength: 40 }),
+        controlUnit,
+        fc.string({ unit: fc.oneof(codePoint, controlUnit), maxLength: 40 }),
+      )
+      .map(([before, control, after]) => ({
+        key: `${before}${control}${after}`,
+        control,
+        index: before.length,
+      }));
+    fc.assert(
+      fc.property(withControl, ({ key, control, index }) => {
+        expectRejected(() => checkIdempotencyKey(SCOPE, key, 200), keyHasControl(SCOPE, control, index));
+      }),
+      { numRuns: 1000 },
+    );
+  });
+
+  it('property: on arbitrary UTF-16, accepted exactly when V8 calls it well-formed and it has no control character', () => {
     fc.assert(
       fc.property(fc.string({ unit: codeUnit, minLength: 1, maxLength: 30, size: 'max' }), (key) => {
+        const control = firstControl(key);
         const expected = key.includes('\u0000')
           ? keyHasNul(SCOPE)
-          : isWellFormed(key)
-            ? undefined
-            : keyNotWellFormed(SCOPE);
+          : control
+            ? keyHasControl(SCOPE, control.character, control.index)
+            : isWellFormed(key)
+              ? undefined
+              : keyNotWellFormed(SCOPE);
         if (expected === undefined) expect(checkIdempotencyKey(SCOPE, key, MAX)).toBe(key);
         else expectRejected(() => checkIdempotencyKey(SCOPE, key, MAX), expected);
       }),
@@ -337,6 +409,7 @@ describe('extractIdempotencyKey', () => {
     ['a number', 7, keyNotString(SCOPE, 7)],
     ['an empty string', '', keyEmpty(SCOPE)],
     ['a NUL', 'a\u0000b', keyHasNul(SCOPE)],
+    ['a newline', 'a\nb', keyHasControl(SCOPE, '\n', 1)],
     ['a lone surrogate', '\uD800', keyNotWellFormed(SCOPE)],
     ['a too-long key', 'k'.repeat(11), keyTooLong(SCOPE, 11, 10)],
   ])('applies the same checks to what the extractor returns (%s)', (_what, value, message) => {

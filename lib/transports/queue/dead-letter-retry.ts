@@ -20,7 +20,8 @@ const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
  * Moves dead-lettered job `id` back to `queue` as a new job with the same data (the event, the
  * handler's data and its trace context), in one transaction: the dead-letter copy is deleted and
  * the new job written together, so a retry happens once however often it is asked for. The new
- * job gets the queue's retries afresh; its claim still keeps the event to one effect.
+ * job gets the queue's retries afresh; its data keeps the job's key (HandoffJob.key), so the
+ * worker claims it as the job it was, and a downstream sees the same key as before.
  */
 export async function retryDeadLetter(
   handoff: QueueHandoff,

@@ -27,12 +27,14 @@ export interface IdempotentWorkerMetadata {
 
 /**
  * Runs a provider method for each job of `queue` that `IdempotencyContext.enqueue()` wrote, under
- * a claim keyed by the job's event, so that a job pg-boss hands out twice (expired, retried, its
- * worker killed) has one effect:
+ * a claim keyed by the job itself (`HandoffJob.key`: enqueue()'s `key`, else the job's id), so
+ * that every job runs, and a job pg-boss hands out twice (expired, retried, its worker killed) has
+ * one effect:
  * - transaction mode (default): the method's writes through `IdempotencyContext.manager`, its
  *   claim and the job's completion commit in one transaction;
- * - external mode (`external: true`): a fenced lease; send `job.event.key` (and
- *   `IdempotencyContext.leaseToken`) downstream as an Idempotency-Key.
+ * - external mode (`external: true`): a fenced lease; send `IdempotencyContext.downstreamKey`
+ *   (the job's key, header-safe) downstream as the Idempotency-Key, never `job.event.key`, which
+ *   every job of one event shares.
  *
  * A method that throws fails the job: pg-boss retries it with its queue's backoff, and moves it to
  * the dead-letter queue once retries run out. The module fetches jobs on the DataSource's pool,
@@ -41,9 +43,11 @@ export interface IdempotentWorkerMetadata {
  * ```ts
  * @Injectable()
  * export class FulfilmentWorker {
+ *   constructor(private readonly context: IdempotencyContext) {}
+ *
  *   @IdempotentWorker('fulfilment', { external: true, leaseMs: 60_000 })
  *   async fulfil(job: HandoffJob<{ sessionId: string }>) {
- *     await this.api.post(job.data, { idempotencyKey: job.event.key });
+ *     await this.api.post(job.data, { idempotencyKey: this.context.downstreamKey });
  *   }
  * }
  * ```

@@ -11,9 +11,11 @@ import { DiscoveryService, MetadataScanner } from '@nestjs/core';
 import type { DataSource } from 'typeorm';
 import { ClaimRunner } from '../../core/claim-runner.js';
 import type { SqlExecutor } from '../../core/claim-strategy.js';
+import { checkIdempotencyKey } from '../../core/idempotency-key.js';
 import type { IdempotentDelivery } from '../../core/idempotency-context.js';
 import type { JobEnqueuer } from '../../core/job-enqueuer.js';
 import { IDEMPOTENCY_CONFIG, IDEMPOTENCY_DATA_SOURCE } from '../../idempotency.constants.js';
+import { InvalidIdempotencyKeyError } from '../../idempotency.errors.js';
 import { handoffNotConfigured, pgBossFailed } from '../../idempotency.messages.js';
 import type { EnqueueOptions, HandedOffEvent, IdempotencyConfig } from '../../interfaces/index.js';
 import { DeliveryTelemetry } from '../../observability/delivery-telemetry.js';
@@ -41,6 +43,9 @@ const enqueueBadQueue = (value: unknown) =>
 
 const enqueueBadOption = (option: string, expected: string, value: unknown) =>
   `IdempotencyContext.enqueue() option ${option} must be ${expected}, got ${String(value)}`;
+
+/** What a bad `key` option is called in its message: the check's own words name it so. */
+const enqueuedJob = (queue: string, scope: string) => `the job ${scope} enqueued on ${queue}`;
 
 const queueMissing = (queue: string) =>
   `No job was written to queue ${queue}: pg-boss has no such queue. List it in handoff.queues (or name it in an @IdempotentWorker) so that IdempotencyModule creates it at boot`;
@@ -81,6 +86,8 @@ export class QueueHandoff implements JobEnqueuer, OnModuleInit, OnApplicationBoo
   /** Every queue created at boot → its settings. */
   readonly queues = new Map<string, QueueSettings>();
   private stopped = false;
+  /** The module's `maxKeyLength`, which enqueue()'s `key` is checked against as every key is. */
+  private readonly maxKeyLength: number;
 
   constructor(
     @Inject(IDEMPOTENCY_CONFIG) config: IdempotencyConfig,
@@ -93,6 +100,7 @@ export class QueueHandoff implements JobEnqueuer, OnModuleInit, OnApplicationBoo
     private readonly telemetry: DeliveryTelemetry,
   ) {
     this.db = poolExecutor(dataSource);
+    this.maxKeyLength = config.maxKeyLength;
     if (config.handoff !== undefined) {
       // Already checked with the other options, so no suggestions are needed here.
       this.handoff = resolveHandoffOptions(config.handoff, () => undefined);
@@ -174,13 +182,17 @@ export class QueueHandoff implements JobEnqueuer, OnModuleInit, OnApplicationBoo
     if (!this.handoff) throw new Error(handoffNotConfigured('IdempotencyContext.enqueue()'));
     if (!delivery.executor) throw new Error(enqueueNeedsTransaction(delivery.scope));
     if (!isQueueName(queue)) throw new Error(enqueueBadQueue(queue));
-    const { startAfterSeconds, priority } = options ?? {};
+    const { startAfterSeconds, priority, key } = options ?? {};
     if (startAfterSeconds !== undefined && !(Number.isInteger(startAfterSeconds) && startAfterSeconds >= 0)) {
       throw new Error(enqueueBadOption('startAfterSeconds', 'a whole number of seconds', startAfterSeconds));
     }
     if (priority !== undefined && !Number.isInteger(priority)) {
       throw new Error(enqueueBadOption('priority', 'a whole number', priority));
     }
+    // The user's key is refused as a claim's would be (400, the delivery writes nothing): the
+    // worker's claim would refuse it, or a downstream could not carry it, after the 200.
+    if (key !== undefined)
+      checkJobKey(enqueuedJob(queue, delivery.scope), delivery.scope, key, this.maxKeyLength);
     // Still accepted while shutting down: the job goes through the delivery's own transaction, so
     // a delivery in flight during the drain commits its job as at any other time.
     if (!this.boss) throw new Error(handoffNotStarted(queue));
@@ -200,7 +212,10 @@ export class QueueHandoff implements JobEnqueuer, OnModuleInit, OnApplicationBoo
       },
     };
     // With OpenTelemetry, the job carries the delivery's trace context for the worker to continue.
-    const sent = await this.boss.send(queue, handoffPayload(event, data, this.telemetry.carrier()), {
+    // The job's key is in its data: by default its id, so that the worker recognises the job by it
+    // however often pg-boss hands it out, and a copy of it (a dead letter moved back) too.
+    const payload = handoffPayload(event, key ?? id, data, this.telemetry.carrier());
+    const sent = await this.boss.send(queue, payload, {
       db: withCommit,
       id,
       ...(startAfterSeconds ? { startAfter: startAfterSeconds } : {}),
@@ -208,5 +223,14 @@ export class QueueHandoff implements JobEnqueuer, OnModuleInit, OnApplicationBoo
     });
     if (written !== 1 || sent !== id) throw new Error(pgBossSendChanged(written, sent, id));
     return id;
+  }
+}
+
+/** Checks enqueue()'s `key`; a bad one is the delivery's InvalidIdempotencyKeyError (400). */
+function checkJobKey(what: string, scope: string, key: unknown, maxKeyLength: number): void {
+  try {
+    checkIdempotencyKey(what, key, maxKeyLength);
+  } catch (error) {
+    throw new InvalidIdempotencyKeyError((error as Error).message, scope, undefined);
   }
 }

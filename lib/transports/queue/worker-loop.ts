@@ -4,13 +4,13 @@ import type { ClaimRunner } from '../../core/claim-runner.js';
 import { pgBossFailed } from '../../idempotency.messages.js';
 import type { HandoffJob } from '../../interfaces/index.js';
 import type { HandoffMetrics } from './handoff-metrics.js';
-import { readHandoffPayload } from './handoff-payload.js';
+import { jobKeyOf, readHandoffPayload } from './handoff-payload.js';
 import type { IdempotentWorkerMetadata } from './idempotent-worker.decorator.js';
 import type { PgBoss, PgBossJob } from './pg-boss.js';
 import { describeError } from '../../idempotency.messages.js';
 
 const jobNotHandedOff = (queue: string, id: string) =>
-  `Job ${id} of queue ${queue} carries no event key (it was not enqueued through IdempotencyContext.enqueue()): failed without running`;
+  `Job ${id} of queue ${queue} carries no event key, or a malformed job key (it was not enqueued through IdempotencyContext.enqueue()): failed without running`;
 
 const jobFailed = (
   queue: string,
@@ -20,10 +20,15 @@ const jobFailed = (
   retrying: boolean,
   error: unknown,
 ) =>
-  `Job ${id} of queue ${queue} (event ${key}) failed on attempt ${attempt}: ${describeError(error)}; ${retrying ? 'pg-boss retries it after its backoff' : 'no retries left, it goes to the dead-letter queue'}`;
+  `Job ${id} of queue ${queue} (${key}) failed on attempt ${attempt}: ${describeError(error)}; ${retrying ? 'pg-boss retries it after its backoff' : 'no retries left, it goes to the dead-letter queue'}`;
 
 const jobInFlight = (queue: string, key: string) =>
-  `Event ${key} of queue ${queue} is being processed by another worker; its job is retried after its backoff`;
+  `Key ${key} of queue ${queue} is being processed by another job or worker; this job is retried after its backoff`;
+
+const jobReplayed = (queue: string, id: string, key: string, scope: string) =>
+  key === id
+    ? `Job ${id} of queue ${queue} was completed without running again: ${scope} already ran it (pg-boss handed it out again after its effect was recorded)`
+    : `Job ${id} of queue ${queue} was completed without running: ${scope} already ran a job with key ${key} (enqueue()'s key, or the job this one is a copy of)`;
 
 const jobSettleFailed = (queue: string, id: string, what: string, error: unknown) =>
   `Could not mark job ${id} of queue ${queue} ${what}: ${describeError(error)}; pg-boss hands it out again once it expires, and its claim answers it without running it twice`;
@@ -139,13 +144,16 @@ export class WorkerLoop {
       return;
     }
     const { event } = payload;
-    const handoffJob: HandoffJob = { id: job.id, queue, data: payload.data, event, attempt };
+    // Claimed by the job's own key, not the event's: one delivery may enqueue several jobs, and
+    // deliveries of other scopes (or a client's request-mode key) may share the event's key.
+    const key = jobKeyOf(payload, job.id);
+    const handoffJob: HandoffJob = { id: job.id, key, queue, data: payload.data, event, attempt };
     let completedInTransaction = false;
     let result: ClaimResult<unknown>;
     try {
       result = await runner.execute(
         sourceFromEvent ? { ...spec, source: event.source } : spec,
-        event.key,
+        key,
         async (delivery) => {
           const value = await call(handoffJob);
           // Transaction mode: the job's completion commits with the claim and the method's writes.
@@ -159,7 +167,7 @@ export class WorkerLoop {
         { origin: { system: 'pg-boss', destination: queue, carrier: payload.trace } },
       );
     } catch (error) {
-      await this.fail(job, event.key, attempt, lastAttempt, error);
+      await this.fail(job, key, attempt, lastAttempt, error, event.key);
       return;
     }
     switch (result.kind) {
@@ -172,9 +180,11 @@ export class WorkerLoop {
       case 'replayed':
         await this.complete(job);
         metrics.count('replayed', queue);
+        // Not silent: a job completed without running says so, and why.
+        this.deps.logger.log(jobReplayed(queue, job.id, key, spec.scope));
         return;
       case 'in_flight':
-        await this.fail(job, event.key, attempt, lastAttempt, new Error(jobInFlight(queue, event.key)));
+        await this.fail(job, key, attempt, lastAttempt, new Error(jobInFlight(queue, key)), event.key);
         return;
     }
   }
@@ -193,13 +203,15 @@ export class WorkerLoop {
     attempt: number,
     lastAttempt: boolean,
     error: unknown,
+    eventKey?: string,
   ): Promise<void> {
     const { boss, metrics, logger } = this.deps;
     const { queue } = this.worker;
     const message = error instanceof Error ? error.message : String(error);
     metrics.count('failed', queue);
     metrics.count(lastAttempt ? 'dead_lettered' : 'retried', queue);
-    const log = jobFailed(queue, job.id, key || '(none)', attempt, !lastAttempt, error);
+    const which = key ? `key ${key}${eventKey === undefined ? '' : `, event ${eventKey}`}` : 'no key';
+    const log = jobFailed(queue, job.id, which, attempt, !lastAttempt, error);
     if (lastAttempt) logger.error(log);
     else logger.warn(log);
     try {
