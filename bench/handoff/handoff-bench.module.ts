@@ -91,7 +91,7 @@ export class HandoffBenchWorker {
 
   @IdempotentWorker(BENCH_QUEUE, { external: true, concurrency: WORKER_CONCURRENCY, scope: 'bench:worker' })
   async run(job: HandoffJob<{ eventId: string }>) {
-    await callDownstream(this.downstreamUrl, job.event.key);
+    await callDownstream(this.downstreamUrl, job.key);
   }
 }
 

@@ -149,7 +149,9 @@ export interface IdempotencyModuleOptions {
    * not through the claim's manager (an injected repository, `dataSource.query()`, a transaction of
    * its own) commits on its own and brings back the hole the claim closes. It is always detected
    * and logged once per handler, naming the entity; `true` also refuses it before it runs (the
-   * delivery fails and rolls back, nothing is written). Raw SQL through pg itself is not seen.
+   * delivery fails and rolls back, nothing is written). PostgreSQL's own parser decides what is a
+   * write; a statement whose effect its text cannot show (a function of the app's own, CALL, DO)
+   * is logged, never refused. Raw SQL through pg itself is not seen.
    * @default false
    */
   strictTransactions?: boolean;

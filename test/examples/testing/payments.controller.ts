@@ -26,7 +26,7 @@ export class PaymentsController {
   async receipt(@Body() event: PaymentEvent) {
     const response = await fetch(process.env.RECEIPTS_URL!, {
       method: 'POST',
-      headers: { 'content-type': 'application/json', 'idempotency-key': this.context.key },
+      headers: { 'content-type': 'application/json', 'idempotency-key': this.context.downstreamKey },
       body: JSON.stringify({ eventId: event.id, amount: event.amount }),
     });
     if (!response.ok) throw new BadGatewayException(`receipts API answered ${response.status}`);
