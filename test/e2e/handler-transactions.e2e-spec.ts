@@ -319,7 +319,14 @@ describe.each(onAdapter('fastify'))('jobs enqueued inside transactions the handl
     ]);
     await drained(id);
     expect(await worked(id)).toEqual(['tx']);
-    expect((await claimRow(h.db, HANDLER_TX_WORKER_SCOPE, id))?.status).toBe('done');
+    // The worker claims a job by its own key (the job's id unless enqueue() was given one).
+    const [job] = (
+      await h.db.pool.query<{ key: string }>(
+        `SELECT data->>'key' AS key FROM ${JOB_SCHEMA}.job WHERE name = $1 AND data->'data'->>'event' = $2`,
+        [HANDLER_TX_QUEUE, id],
+      )
+    ).rows;
+    expect((await claimRow(h.db, HANDLER_TX_WORKER_SCOPE, job.key))?.status).toBe('done');
   });
 
   it('writes no job for a nested claim inside a handler transaction that rolled back', async () => {
