@@ -1,8 +1,10 @@
 /**
  * Reads one thing about a delivery for the ordering guard, from the same arguments as the key
  * extractor: over HTTP `(body, request)`, over a microservice transport `(data, context)`.
+ * @typeParam Body - the delivery's body (the handler's event); `any` by default
+ * @typeParam Request - the HTTP request (or the microservice context); `any` by default
  */
-export type EventOrderExtractor = (body: any, request: any) => unknown;
+export type EventOrderExtractor<Body = any, Request = any> = (body: Body, request: Request) => unknown;
 
 /**
  * The ordering guard of a handler (`@IdempotentWebhook({ order })`): per (guard scope, entity) the
@@ -11,22 +13,24 @@ export type EventOrderExtractor = (body: any, request: any) => unknown;
  * `Idempotent-Stale: true`. The version check and its advance are part of the claim's transaction:
  * a rollback advances nothing, and two events of one entity delivered at once are serialised.
  * Transaction mode only. See docs/ordering.md.
+ * @typeParam Event - the body `entity` and `version` read (the handler's event); `any` by default
+ * @typeParam Request - the request (or microservice context) they read; `any` by default
  */
-export interface EventOrderOptions {
+export interface EventOrderOptions<Event = any, Request = any> {
   /**
    * The object the event is about, e.g. `(event) => event.data.object.id`: a non-empty string (a
    * whole number is taken as its decimal string). `null` leaves this event unordered (the claim
    * alone guards it): for event types the handler does not apply, which must not advance the
    * version. Anything else, or a throw, answers 400 and writes nothing.
    */
-  entity: EventOrderExtractor;
+  entity: EventOrderExtractor<Event, Request>;
   /**
    * What orders the entity's events, e.g. `(event) => event.created`: a finite number, a bigint, a
    * decimal string (`'1718000000.123456'`, compared exactly, any precision) or a Date (its epoch
    * milliseconds). Must grow with every change of the entity and stay the same on a retry of one
    * event. Anything else, or a throw, answers 400 and writes nothing.
    */
-  version: EventOrderExtractor;
+  version: EventOrderExtractor<Event, Request>;
   /**
    * Versions are kept per (scope, entity). Give two handlers that apply the same objects one
    * scope, so that each sees the other's versions.

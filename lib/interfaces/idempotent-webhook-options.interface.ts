@@ -7,8 +7,10 @@ import type { IdempotencyMode } from '../strategies/claim-strategies.js';
  * (`body.id`) or GitHub's `X-GitHub-Delivery` header; over a microservice transport
  * `(data, context)`. Never a timestamp, a per-request UUID or the id of the object inside the
  * payload (one charge produces several events).
+ * @typeParam Body - the delivery's body (the handler's event); `any` by default
+ * @typeParam Request - the HTTP request (or the microservice context); `any` by default
  */
-export type IdempotencyKeyExtractor = (body: any, request: any) => unknown;
+export type IdempotencyKeyExtractor<Body = any, Request = any> = (body: Body, request: Request) => unknown;
 
 /** How a handler claims its events; shared by `@IdempotentWebhook`, `@Idempotent` and `IdempotencyService.run`. */
 export interface IdempotencyClaimOptions {
@@ -58,13 +60,15 @@ export interface IdempotencyClaimOptions {
 /**
  * Options of `@IdempotentWebhook()`, for HTTP routes and microservice handlers. Evaluated at
  * import time, so they cannot come from forRootAsync.
+ * @typeParam Event - the body `key`, `fingerprint` and `order` read (the handler's event); `any` by default
+ * @typeParam Request - the request (or microservice context) they read; `any` by default
  */
-export interface IdempotentWebhookOptions extends IdempotencyClaimOptions {
+export interface IdempotentWebhookOptions<Event = any, Request = any> extends IdempotencyClaimOptions {
   /**
    * Returns the event's identity. Throwing, or returning a non-string, empty or too long value,
    * answers 400 over HTTP (an RpcException over microservices) and writes nothing.
    */
-  key: IdempotencyKeyExtractor;
+  key: IdempotencyKeyExtractor<Event, Request>;
   /**
    * Verify the sender's signature before the claim, with the library's guard for it (the same as
    * `@UseGuards(StripeSignatureGuard)`, ...): a forged, stale or unsigned delivery is refused
@@ -88,7 +92,7 @@ export interface IdempotentWebhookOptions extends IdempotencyClaimOptions {
    * none for that delivery, which runs as it would without the checks.
    * @default the `signature` sender's preset, `'stripe'` with `stripeEventKey`, else `'body'`
    */
-  fingerprint?: WebhookFingerprint;
+  fingerprint?: WebhookFingerprint<Event, Request>;
   /**
    * What a delivery whose fingerprint differs from its claim's gets. `'replay'`: what it would get
    * without the check (replayed when the claim is done; run when it failed; 409 in flight), with a
@@ -105,24 +109,30 @@ export interface IdempotentWebhookOptions extends IdempotencyClaimOptions {
    * mode only (docs/ordering.md).
    * @default undefined (no ordering: every new event runs)
    */
-  order?: EventOrderOptions;
+  order?: EventOrderOptions<Event, Request>;
 }
 
-/** What a webhook's fingerprint is made of (see `IdempotentWebhookOptions.fingerprint`). */
-export type WebhookFingerprint =
+/**
+ * What a webhook's fingerprint is made of (see `IdempotentWebhookOptions.fingerprint`).
+ * @typeParam Event - the body a function reads; `any` by default
+ * @typeParam Request - the request (or microservice context) a function reads; `any` by default
+ */
+export type WebhookFingerprint<Event = any, Request = any> =
   | 'stripe'
   | 'github'
   | 'shopify'
   | 'standard-webhooks'
   | 'body'
   | false
-  | ((body: any, request: any) => unknown);
+  | ((body: Event, request: Request) => unknown);
 
 /**
  * Options of `@IdempotentRequest()`: a route of your own API whose clients send an
  * `Idempotency-Key` header (the IETF httpapi draft). Evaluated at import time.
+ * @typeParam Request - the request `owner` and `fingerprint` read (e.g. one your auth guard has
+ * put `user` on); `any` by default
  */
-export interface IdempotentRequestOptions extends IdempotencyClaimOptions {
+export interface IdempotentRequestOptions<Request = any> extends IdempotencyClaimOptions {
   /**
    * A request without the header is refused 400 (problem details) and runs nothing; `false` runs
    * it without a claim, as a route without the decorator would.
@@ -141,7 +151,7 @@ export interface IdempotentRequestOptions extends IdempotencyClaimOptions {
    * SHA-256 of its UTF-16 code units (hex). No answer the client receives names the owner.
    * Required: no default.
    */
-  owner: false | ((request: any) => unknown);
+  owner: false | ((request: Request) => unknown);
   /**
    * The key's syntax. `false`: the draft's quoted sf-string (`Idempotency-Key: "k2"`) or a bare
    * key (`Idempotency-Key: k2`, as most clients send a UUID): visible ASCII without spaces, double
@@ -161,7 +171,7 @@ export interface IdempotentRequestOptions extends IdempotencyClaimOptions {
    * `false` checks nothing.
    * @default method, URL, media type and body bytes
    */
-  fingerprint?: false | ((request: any) => unknown);
+  fingerprint?: false | ((request: Request) => unknown);
   /**
    * Response headers stored with the response and set again on its replays, as the handler set
    * them (`@Header()`, or `@Res({ passthrough: true })`), under the names it wrote. Status, body

@@ -2,13 +2,15 @@ import { applyDecorators, SetMetadata, UseFilters, UseInterceptors } from '@nest
 import { resolveClaimSpec } from '../core/claim-options.js';
 import { claimOptionType } from '../idempotency.messages.js';
 import { IDEMPOTENT_WEBHOOK_METADATA } from '../idempotency.constants.js';
-import type { IdempotentRequestOptions } from '../interfaces/index.js';
+import type { HandlerDecorator, IdempotentRequestOptions } from '../interfaces/index.js';
 import { ProblemDetailsFilter } from './http/problem-details.filter.js';
 import { requestFingerprint, type RequestMode } from './http/request-mode.js';
 import { IdempotencyInterceptor } from './idempotency.interceptor.js';
 import type { IdempotentWebhookMetadata } from './idempotent-webhook.decorator.js';
 
 const badRequestOption = (detail: string) => `@IdempotentRequest ${detail}`;
+
+const notAMethod = (where: string) => `@IdempotentRequest on ${where}: not a method`;
 
 const ownerMissing = (where: string) =>
   `@IdempotentRequest on ${where} needs owner, whose keys they are: a function of the request returning the caller's identity, e.g. { owner: (request) => request.user.id }, so that one caller's key never replays another's response; or owner: false to share keys between every caller of the route`;
@@ -39,6 +41,11 @@ const headerKey = () => undefined;
  * async refund(@Body() body: RefundRequest, @Res({ passthrough: true }) response: Response) { ... }
  * ```
  *
+ * Typed: `Request` is what `owner` and a `fingerprint` function read
+ * (`@IdempotentRequest<AuthenticatedRequest>({ owner: (request) => request.user.id })`, or from
+ * `owner`'s own annotation); `Body`, when given, is what the handler's first parameter must accept
+ * (`@IdempotentRequest<AuthenticatedRequest, RefundRequest>`). Both are `any` by default.
+ *
  * `owner` is required: whose keys they are, or `false` to share them between every caller.
  * Refusals are problem details (`application/problem+json`): no key 400 (`required`), a key
  * reused with another method, URL, Content-Type or body 422, a retry while the first runs 409 +
@@ -48,7 +55,9 @@ const headerKey = () => undefined;
  * holds on Nest 11 too. The route keeps Nest's status (201 for POST). HTTP routes only; streams, SSE and `@Res()`
  * without passthrough fail the boot.
  */
-export function IdempotentRequest(options: IdempotentRequestOptions): MethodDecorator {
+export function IdempotentRequest<Request = any, Body = any>(
+  options: IdempotentRequestOptions<Request>,
+): HandlerDecorator<Body> {
   const fail = (detail: string) => new TypeError(badRequestOption(detail));
   // JavaScript callers may pass nothing: the missing owner is refused at decoration, naming the method.
   const given: Partial<IdempotentRequestOptions> = options ?? {};
@@ -95,6 +104,7 @@ export function IdempotentRequest(options: IdempotentRequestOptions): MethodDeco
   };
   return (target, propertyKey, descriptor) => {
     const where = `${target.constructor.name}.${String(propertyKey)}`;
+    if (typeof descriptor?.value !== 'function') throw new TypeError(notAMethod(where));
     // After the unknown options: a typo of owner is named as one ("did you mean owner?").
     const spec = resolveClaimSpec('@IdempotentRequest', given, where, REQUEST_OPTIONS);
     if (owner === undefined) throw new TypeError(ownerMissing(where));

@@ -6,7 +6,11 @@ import { FINGERPRINT_PRESETS, webhookFingerprint, type FingerprintOf } from '../
 import { SIGNATURE_GUARDS, signatureGuardNamed } from '../guards/signature-guards.js';
 import { IDEMPOTENT_WEBHOOK_METADATA } from '../idempotency.constants.js';
 import { missingKeyFunction } from '../idempotency.messages.js';
-import type { IdempotencyKeyExtractor, IdempotentWebhookOptions } from '../interfaces/index.js';
+import type {
+  HandlerDecorator,
+  IdempotencyKeyExtractor,
+  IdempotentWebhookOptions,
+} from '../interfaces/index.js';
 import type { RequestMode } from './http/request-mode.js';
 import { IdempotencyInterceptor } from './idempotency.interceptor.js';
 
@@ -18,6 +22,8 @@ const unknownFingerprint = (value: unknown) =>
 
 const unknownConflictAnswer = (value: unknown) =>
   `@IdempotentWebhook option onKeyConflict must be 'replay' or 'refuse', got ${String(value)}`;
+
+const notAMethod = (where: string) => `@IdempotentWebhook on ${where}: not a method`;
 
 /** `@IdempotentWebhook`'s options beside the claim's. */
 const WEBHOOK_OPTIONS = [
@@ -54,9 +60,16 @@ export interface IdempotentWebhookMetadata extends ClaimSpec {
  * handle(@Body() event: Stripe.Event, @WebhookTransaction() manager: EntityManager) { ... }
  *
  * @EventPattern('order.paid')
- * @IdempotentWebhook({ key: (data) => data.eventId })
+ * @IdempotentWebhook<OrderPaid>({ key: (data) => data.eventId })
  * onPaid(@Payload() data: OrderPaid) { ... }
  * ```
+ *
+ * Typed by the handler: `Event` is its first parameter's type (`event` above is a `Stripe.Event`,
+ * so `event.idd` does not compile), or the one given (`@IdempotentWebhook<OrderPaid>(...)`), which
+ * the first parameter must then accept. `key`, a `fingerprint` function and `order` read it; a
+ * key annotated with a type of its own must accept it too. A handler whose first parameter is not
+ * the event (`handle(@Req() request, @Body() event)`) gives `<any>`, or its event type with the
+ * event first. A handler of no parameter, or whose first is `any`, checks nothing.
  *
  * Transaction mode (default): write through the transaction's manager; claim and writes commit
  * together. `mode: 'external'` (or `external: true`): a lease claim for work outside the database.
@@ -65,7 +78,11 @@ export interface IdempotentWebhookMetadata extends ClaimSpec {
  * signature guard (HTTP routes only), which runs before the claim. `order` adds the ordering
  * guard: an event older than the version its entity has is not applied (docs/ordering.md).
  */
-export function IdempotentWebhook(options: IdempotentWebhookOptions): MethodDecorator {
+export function IdempotentWebhook<Event = any, Request = any>(
+  // NoInfer: Event is the handler's, so a key annotated with a type of its own is checked against
+  // it rather than deciding it.
+  options: IdempotentWebhookOptions<NoInfer<Event>, Request>,
+): HandlerDecorator<Event> {
   if (typeof options?.key !== 'function') throw new TypeError(missingKeyFunction('@IdempotentWebhook'));
   const { key } = options;
   const signatureGuard = signatureGuardNamed(options.signature);
@@ -84,12 +101,9 @@ export function IdempotentWebhook(options: IdempotentWebhookOptions): MethodDeco
     throw new TypeError(unknownConflictAnswer(onKeyConflict));
   }
   return (target, propertyKey, descriptor) => {
-    const spec = resolveClaimSpec(
-      '@IdempotentWebhook',
-      options,
-      `${target.constructor.name}.${String(propertyKey)}`,
-      WEBHOOK_OPTIONS,
-    );
+    const where = `${target.constructor.name}.${String(propertyKey)}`;
+    if (typeof descriptor?.value !== 'function') throw new TypeError(notAMethod(where));
+    const spec = resolveClaimSpec('@IdempotentWebhook', options, where, WEBHOOK_OPTIONS);
     // Key checks on every webhook: fingerprints stored with the claims, conflicts answered as
     // onKeyConflict says, and a @MessagePattern's reply stored for its replays.
     const metadata: IdempotentWebhookMetadata = {

@@ -251,8 +251,9 @@ describe('boot check', () => {
     const key = (event: BootEvent) => event.id;
 
     it.each([
-      ['@IdempotentWebhook', IdempotentWebhook],
-      ['@Idempotent', Idempotent],
+      // Instantiated: a union of two generic functions is not callable.
+      ['@IdempotentWebhook', IdempotentWebhook<BootEvent>],
+      ['@Idempotent', Idempotent<[BootEvent]>],
     ] as const)('%s without a key function throws a TypeError before any app exists', (name, decorator) => {
       for (const options of [undefined, {}, { key: 'id' }]) {
         expect(() => decorator(options as never)).toThrow(TypeError);
@@ -291,8 +292,9 @@ describe('boot check', () => {
     });
 
     it.each([
-      ['@IdempotentWebhook', IdempotentWebhook],
-      ['@Idempotent', Idempotent],
+      // Instantiated: a union of two generic functions is not callable.
+      ['@IdempotentWebhook', IdempotentWebhook<BootEvent>],
+      ['@Idempotent', Idempotent<[BootEvent]>],
     ] as const)('an unknown mode on %s throws when the class is defined', (name, decorator) => {
       const define = () => {
         class UnknownMode {

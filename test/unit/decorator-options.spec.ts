@@ -106,6 +106,22 @@ describe('decorator options', () => {
     );
   });
 
+  it.each([
+    ['@IdempotentWebhook', IdempotentWebhook({ key })],
+    ['@IdempotentRequest', IdempotentRequest({ owner: false })],
+    ['@IdempotentWorker', IdempotentWorker('jobs')],
+  ] as const)(
+    '%s on a property (no method; it types as a PropertyDecorator too) throws naming it',
+    (where, decorator) => {
+      class Handlers {
+        declare handle: string;
+      }
+      expect(() => decorator(Handlers.prototype, 'handle')).toThrow(
+        `${where} on Handlers.handle: not a method`,
+      );
+    },
+  );
+
   it('refuses an onReplay that is not a function', () => {
     expect(() => Idempotent(loose({ key, onReplay: 'replayed' }))).toThrow(
       '@Idempotent onReplay must be a function',

@@ -11,11 +11,12 @@ import {
   StandardWebhooksSignatureGuard,
   standardWebhookKey,
   StripeSignatureGuard,
+  type IdempotentWebhookOptions,
   type WebhookSignatureName,
 } from '../../lib/index.js';
 
 /** A handler decorated with `@IdempotentWebhook(options)`, as its method function. */
-function decorated(options: Parameters<typeof IdempotentWebhook>[0]): object {
+function decorated(options: IdempotentWebhookOptions): object {
   class Handlers {
     handle() {
       return undefined;

@@ -1,8 +1,10 @@
 import { resolveClaimSpec } from '../../core/claim-options.js';
 import type { ClaimSpec } from '../../core/claim-strategy.js';
 import { badClaimOption, claimOptionType } from '../../idempotency.messages.js';
-import type { IdempotentWorkerOptions } from '../../interfaces/index.js';
+import type { HandlerDecorator, HandoffJob, IdempotentWorkerOptions } from '../../interfaces/index.js';
 import { isQueueName } from './handoff-options.js';
+
+const notAMethod = (where: string) => `@IdempotentWorker on ${where}: not a method`;
 
 const workerBadQueue = (value: unknown) =>
   `@IdempotentWorker needs a queue name (1 to 100 letters, digits, and _ . - /), got ${typeof value === 'string' ? `'${value}'` : String(value)}`;
@@ -51,8 +53,15 @@ export interface IdempotentWorkerMetadata {
  *   }
  * }
  * ```
+ *
+ * Typed by the method: `Data` is the job data its first parameter takes (`{ sessionId: string }`
+ * above), or the one given (`@IdempotentWorker<FulfilmentData>('fulfilment')`), which the first
+ * parameter, a `HandoffJob<FulfilmentData>`, must then accept. `any` without either.
  */
-export function IdempotentWorker(queue: string, options: IdempotentWorkerOptions = {}): MethodDecorator {
+export function IdempotentWorker<Data = any>(
+  queue: string,
+  options: IdempotentWorkerOptions = {},
+): HandlerDecorator<HandoffJob<Data>> {
   if (!isQueueName(queue)) throw new TypeError(workerBadQueue(queue));
   const { concurrency = 1, ...claim } = options ?? {};
   if (!Number.isInteger(concurrency) || concurrency < 1 || concurrency > MAX_CONCURRENCY) {
@@ -65,8 +74,9 @@ export function IdempotentWorker(queue: string, options: IdempotentWorkerOptions
   }
   // Checked now, so a mistake fails at import; the scope is known only once the method is.
   resolveClaimSpec('@IdempotentWorker', claim, 'IdempotentWorker', WORKER_OPTIONS);
-  return (target, propertyKey, descriptor: PropertyDescriptor) => {
+  return (target, propertyKey, descriptor) => {
     const scope = `${target.constructor.name}.${String(propertyKey)}`;
+    if (typeof descriptor?.value !== 'function') throw new TypeError(notAMethod(scope));
     const spec = resolveClaimSpec('@IdempotentWorker', claim, scope, WORKER_OPTIONS);
     const metadata: IdempotentWorkerMetadata = {
       queue,
@@ -74,6 +84,6 @@ export function IdempotentWorker(queue: string, options: IdempotentWorkerOptions
       sourceFromEvent: claim.source === undefined,
       concurrency,
     };
-    Reflect.defineMetadata(IDEMPOTENT_WORKER_METADATA, metadata, descriptor.value as object);
+    Reflect.defineMetadata(IDEMPOTENT_WORKER_METADATA, metadata, descriptor.value);
   };
 }
