@@ -146,6 +146,17 @@ describe('issue 37: where its fixes meet', () => {
         callbacks: [...record.callbacks],
       }).toEqual({ v1: 1, v2: 1, callbacks: [`ordered:evt_v1_${adapter}`, `ordered:${newer.id}`] });
     });
+
+    it('a replay answers every Set-Cookie the first answer had, not one joined header', async () => {
+      const { running, record } = await start(adapter);
+      const headers = { 'idempotency-key': `cookies-${adapter}`, 'x-user': 'alice' };
+      const first = await post(running.url, 'cookies', { id: `cookies-${adapter}` }, headers);
+      const replay = await post(running.url, 'cookies', { id: `cookies-${adapter}` }, headers);
+      expect(replay.headers.get('idempotent-replayed')).toBe('true');
+      expect(record.runs).toEqual([`cookies:cookies-${adapter}`]);
+      expect(first.headers.getSetCookie()).toEqual(['a=1; Path=/', 'b=2; Path=/']);
+      expect(replay.headers.getSetCookie()).toEqual(first.headers.getSetCookie());
+    });
   });
 
   it("a worker's own transaction that rolls back, caught: its write and callback gone, the job's own kept, run once", async () => {
