@@ -13,6 +13,10 @@ import { ADAPTERS, startApp, type AdapterName, type RunningApp } from '../suppor
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import { LogCapture } from '../support/log-capture.js';
 import { waitUntil } from '../support/wait-until.js';
+import { pgBouncerPerFile, routeUrl, ROUTES } from '../support/database-routes.js';
+
+/** PgBouncer in transaction mode, for the route that goes through it. */
+const pooler = pgBouncerPerFile();
 
 /** pg-boss's schema in this file. */
 const SCHEMA = 'seams_37';
@@ -47,9 +51,14 @@ describe('issue 37: where its fixes meet', () => {
     await db.drop();
   });
 
-  async function start(adapter: AdapterName, worker = false) {
-    const running = await startApp('express' === adapter ? 'express' : 'fastify', [
-      SeamsFixtureModule.forSettings({ databaseUrl: db.url, idempotency: { handoff: HANDOFF }, worker }),
+  async function start(adapter: AdapterName, worker = false, serializer = false, databaseUrl = db.url) {
+    const running = await startApp(adapter, [
+      SeamsFixtureModule.forSettings({
+        databaseUrl,
+        idempotency: { handoff: HANDOFF },
+        worker,
+        serializer,
+      }),
     ]);
     apps.push(running);
     return { running, record: running.app.get(SeamsRecord) };
@@ -157,41 +166,88 @@ describe('issue 37: where its fixes meet', () => {
       expect(first.headers.getSetCookie()).toEqual(['a=1; Path=/', 'b=2; Path=/']);
       expect(replay.headers.getSetCookie()).toEqual(first.headers.getSetCookie());
     });
+
+    /**
+     * Reported, not fixed here (issue 37's closing note): the response is captured inside the
+     * route's IdempotencyInterceptor, before the app's own interceptors map it (Nest's
+     * ClassSerializerInterceptor, registered app-wide, runs outside the route's): what is stored
+     * is the handler's value, the fields they leave out included, and a replay, a plain object by
+     * then, passes through them unchanged. The secret is in the claims table and in every replay.
+     */
+    it.failing(
+      'a replay answers what the app-wide serializer made of the first answer, never the fields it left out',
+      async () => {
+        const { running, record } = await start(adapter, false, true);
+        const id = `acct-${adapter}`;
+        const headers = { 'idempotency-key': id, 'x-user': 'alice' };
+        const first = await post(running.url, 'account', { id }, headers);
+        const firstBody = await first.text();
+        expect(JSON.parse(firstBody)).toEqual({ id, email: `${id}@example.com` });
+        const replay = await post(running.url, 'account', { id }, headers);
+        expect(replay.headers.get('idempotent-replayed')).toBe('true');
+        expect(record.runs).toEqual([`account:${id}`]);
+        const stored = await db.pool.query(
+          'SELECT response::text AS response FROM processed_events WHERE event_key = $1',
+          [`alice:${id}`],
+        );
+        expect({
+          replay: await replay.text(),
+          storedSecret: String(stored.rows[0]?.response).includes('secret'),
+        }).toEqual({
+          replay: firstBody,
+          storedSecret: false,
+        });
+      },
+    );
   });
 
-  it("a worker's own transaction that rolls back, caught: its write and callback gone, the job's own kept, run once", async () => {
-    const { running, record } = await start('express', true);
-    const id = 'evt_worker_inner';
-    expect((await post(running.url, 'answered', { id, innerFails: true })).status).toBe(200);
-    const done = () =>
-      db.count(
-        `SELECT count(*) FROM ${SCHEMA}.job WHERE name = $1 AND state = 'completed' AND data->'data'->>'id' = $2`,
-        [SEAMS_QUEUE, id],
+  describe.each(ROUTES)('all of them in one delivery (%s)', (route) => {
+    it("a handler transaction that rolls back, caught, then an answered 5xx, then the retry; its job's worker does the same", async () => {
+      const { running, record } = await start('express', true, false, routeUrl(route, db, pooler));
+      const id = `evt_all_${route}`;
+      record.statuses.set(id, 500);
+      expect((await post(running.url, 'answered', { id, innerFails: true })).status).toBe(500);
+      expect({
+        orders: await orders(`answered:${id}`),
+        inner: await orders(`answered-inner:${id}`),
+        jobs: (await jobs(id)) + (await jobs(`${id}:inner`)),
+        callbacks: [...record.callbacks],
+      }).toEqual({ orders: 0, inner: 0, jobs: 0, callbacks: [] });
+
+      expect((await post(running.url, 'answered', { id, innerFails: true })).status).toBe(200);
+      const completed = () =>
+        db.count(
+          `SELECT count(*) FROM ${SCHEMA}.job WHERE name = $1 AND state = 'completed' AND data->'data'->>'id' = $2`,
+          [SEAMS_QUEUE, id],
+        );
+      await waitUntil(async () => (await completed()) === 1, 'the job to complete');
+      const calls = (name: string) =>
+        db.count('SELECT count(*) FROM downstream_calls WHERE event_id = $1', [name]);
+      expect({
+        orders: await orders(`answered:${id}`),
+        inner: await orders(`answered-inner:${id}`),
+        jobs: await jobs(id),
+        innerJobs: await jobs(`${id}:inner`),
+        workerInner: await calls(`inner:${id}`),
+        workerOuter: await calls(`outer:${id}`),
+        callbacks: record.callbacks.filter((name) => name.endsWith(`:${id}`)),
+      }).toEqual({
+        orders: 1,
+        inner: 0,
+        jobs: 1,
+        innerJobs: 0,
+        workerInner: 0,
+        workerOuter: 1,
+        callbacks: [`answered:${id}`, `worker:${id}`],
+      });
+      // The worker claimed the job by its own key, its id, and recorded it done once.
+      const { rows } = await db.pool.query(
+        `SELECT c.status FROM processed_events c JOIN ${SCHEMA}.job j ON c.event_key = j.id::text
+         WHERE c.scope = $1 AND j.data->'data'->>'id' = $2`,
+        [SEAMS_WORKER_SCOPE, id],
       );
-    await waitUntil(async () => (await done()) === 1, 'the job to complete');
-    const calls = (name: string) =>
-      db.count('SELECT count(*) FROM downstream_calls WHERE event_id = $1', [name]);
-    expect({
-      inner: await calls(`inner:${id}`),
-      outer: await calls(`outer:${id}`),
-      workerCallbacks: record.callbacks.filter(
-        (name) => name.startsWith('worker') && name.endsWith(`:${id}`),
-      ),
-      runs: record.runs.filter((run) => run === `worker:${id}`).length,
-    }).toEqual({ inner: 0, outer: 1, workerCallbacks: [`worker:${id}`], runs: 1 });
-    const [job] = (
-      await db.pool.query(`SELECT id FROM ${SCHEMA}.job WHERE name = $1 AND data->'data'->>'id' = $2`, [
-        SEAMS_QUEUE,
-        id,
-      ])
-    ).rows as { id: string }[];
-    expect(await claim(job.id)).toEqual(['done']);
-    expect(
-      await db.count('SELECT count(*) FROM processed_events WHERE scope = $1 AND event_key = $2', [
-        SEAMS_WORKER_SCOPE,
-        job.id,
-      ]),
-    ).toBe(1);
+      expect(rows).toEqual([{ status: 'done' }]);
+    });
   });
 
   describe("enqueue()'s key", () => {
