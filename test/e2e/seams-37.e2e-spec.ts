@@ -131,6 +131,26 @@ describe('issue 37: where its fixes meet', () => {
       }).toEqual({ orders: 1, jobs: 1, callbacks: [`request:${id}`], runs: 2 });
     });
 
+    it('external mode: an answered 5xx fires no afterCommit() callback; the retry, attempt 2, fires it once', async () => {
+      const { running, record } = await start(adapter);
+      const id = `evt_external_${adapter}`;
+      record.statuses.set(id, 502);
+      expect((await post(running.url, 'external', { id })).status).toBe(502);
+      expect({ callbacks: [...record.callbacks], claim: await claim(id) }).toEqual({
+        callbacks: [],
+        claim: ['failed'],
+      });
+      const retry = await post(running.url, 'external', { id });
+      expect({ status: retry.status, body: await retry.json() }).toEqual({
+        status: 200,
+        body: { id, attempt: 2 },
+      });
+      expect({ callbacks: [...record.callbacks], claim: await claim(id) }).toEqual({
+        callbacks: [`external:${id}`],
+        claim: ['done'],
+      });
+    });
+
     it('an ordered event answered 5xx advances no version: an older event after it applies, not stale', async () => {
       const { running, record } = await start(adapter);
       const entity = `sub_${adapter}`;
