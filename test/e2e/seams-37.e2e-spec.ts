@@ -1,9 +1,15 @@
+import type { AddressInfo, Server as NetServer } from 'node:net';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
+import type { MicroserviceOptions } from '@nestjs/microservices';
+import { Test } from '@nestjs/testing';
+import { lastValueFrom, timeout } from 'rxjs';
 import type { HandoffOptions } from '../../lib/index.js';
 import {
   SEAMS_QUEUE,
   SEAMS_WORKER_SCOPE,
+  SEAMS_ACCOUNT_PATTERN,
   SeamsFixtureModule,
+  SeamsMessageModule,
   SeamsRecord,
   type SeamsEvent,
 } from '../fixtures/seams-37.fixture.js';
@@ -12,6 +18,7 @@ import { Gates } from '../fixtures/webhook-fixture.module.js';
 import { ADAPTERS, startApp, type AdapterName, type RunningApp } from '../support/app.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import { LogCapture } from '../support/log-capture.js';
+import { connectClient, serverOptions } from '../support/microservice-app.js';
 import { waitUntil } from '../support/wait-until.js';
 import { pgBouncerPerFile, routeUrl, ROUTES } from '../support/database-routes.js';
 
@@ -220,6 +227,35 @@ describe('issue 37: where its fixes meet', () => {
       },
     );
   });
+
+  /** Reported with the HTTP case above: the same capture, inside the app's interceptors. */
+  it.failing(
+    'a @MessagePattern replay answers what the app-wide serializer made of the first reply',
+    async () => {
+      const moduleRef = await Test.createTestingModule({
+        imports: [SeamsMessageModule.forDatabase(db.url)],
+      }).compile();
+      const app = moduleRef.createNestMicroservice<MicroserviceOptions>({
+        ...serverOptions('tcp'),
+        logger: false,
+      });
+      await app.listen();
+      const port = (app.unwrap<NetServer>().address() as AddressInfo).port;
+      const client = await connectClient('tcp', port);
+      try {
+        const send = () =>
+          lastValueFrom(client.send(SEAMS_ACCOUNT_PATTERN, { id: 'acct-message' }).pipe(timeout(10_000)));
+        const first = await send();
+        expect(first).toEqual({ id: 'acct-message', email: 'acct-message@example.com' });
+        const replay = await send();
+        expect(app.get(SeamsRecord).runs).toEqual(['message:acct-message']);
+        expect(replay).toEqual(first);
+      } finally {
+        await client.close();
+        await app.close();
+      }
+    },
+  );
 
   describe.each(ROUTES)('all of them in one delivery (%s)', (route) => {
     it("a handler transaction that rolls back, caught, then an answered 5xx, then the retry; its job's worker does the same", async () => {
