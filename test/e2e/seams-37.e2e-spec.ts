@@ -267,7 +267,8 @@ describe('issue 37: where its fixes meet', () => {
         orders: await orders(`answered:${id}`),
         inner: await orders(`answered-inner:${id}`),
         jobs: (await jobs(id)) + (await jobs(`${id}:inner`)),
-        callbacks: [...record.callbacks],
+        // The worker runs the jobs earlier tests left on the queue too: this delivery's only.
+        callbacks: record.callbacks.filter((name) => name.endsWith(`:${id}`)),
       }).toEqual({ orders: 0, inner: 0, jobs: 0, callbacks: [] });
 
       expect((await post(running.url, 'answered', { id, innerFails: true })).status).toBe(200);
