@@ -58,11 +58,17 @@ describe('issue 37: where its fixes meet', () => {
     await db.drop();
   });
 
-  async function start(adapter: AdapterName, worker = false, serializer = false, databaseUrl = db.url) {
+  async function start(
+    adapter: AdapterName,
+    worker = false,
+    serializer = false,
+    databaseUrl = db.url,
+    strictTransactions = false,
+  ) {
     const running = await startApp(adapter, [
       SeamsFixtureModule.forSettings({
         databaseUrl,
-        idempotency: { handoff: HANDOFF },
+        idempotency: { handoff: HANDOFF, strictTransactions },
         worker,
         serializer,
       }),
@@ -256,6 +262,31 @@ describe('issue 37: where its fixes meet', () => {
       }
     },
   );
+
+  /**
+   * The classifier called PREPARE a read and the EXECUTE undecided (reported, never refused), so
+   * strictTransactions let an outside INSERT through when it was prepared first: a prepared write
+   * is the write now, refused before anything runs.
+   */
+  it('strictTransactions refuses an outside INSERT that is prepared, then executed: nothing written', async () => {
+    const { running, record } = await start('express', false, false, db.url, true);
+    const id = 'evt_prepared';
+    const answer = await post(running.url, 'prepared', { id });
+    expect(record.runs).toEqual([`prepared:${id}`]);
+    expect({
+      status: answer.status,
+      outside: await orders(`prepared:${id}`),
+      claim: await claim(id),
+    }).toEqual({
+      status: 500,
+      outside: 0,
+      claim: ['failed'],
+    });
+    const { rows } = await db.pool.query('SELECT last_error FROM processed_events WHERE event_key = $1', [
+      id,
+    ]);
+    expect(rows[0].last_error).toContain('Refused (strictTransactions)');
+  });
 
   describe.each(ROUTES)('all of them in one delivery (%s)', (route) => {
     it("a handler transaction that rolls back, caught, then an answered 5xx, then the retry; its job's worker does the same", async () => {
