@@ -4,7 +4,7 @@ import { loadOptionalPeer } from '../core/optional-peer.js';
 /**
  * What a statement does to the database, as PostgreSQL's parser reads it: `read` changes nothing
  * a rollback could undo (a query, a lock, a session command), `write` does (DML, a data-modifying
- * WITH, SELECT INTO, COPY FROM, TRUNCATE, DDL), and `undecided` hides its effect where its text
+ * WITH, SELECT INTO, COPY FROM, TRUNCATE, DDL, a PREPARE of one), and `undecided` hides its effect where its text
  * cannot show it (a function of the app's own, CALL, DO, EXECUTE, a text the parser refuses) or
  * has one that is no write but escapes the claim all the same (NOTIFY).
  */
