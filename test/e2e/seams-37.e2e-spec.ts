@@ -9,6 +9,7 @@ import {
   SEAMS_WORKER_SCOPE,
   SEAMS_ACCOUNT_PATTERN,
   SeamsFixtureModule,
+  SeamsLedger,
   SeamsMessageModule,
   SeamsRecord,
   type SeamsEvent,
@@ -286,6 +287,31 @@ describe('issue 37: where its fixes meet', () => {
       id,
     ]);
     expect(rows[0].last_error).toContain('Refused (strictTransactions)');
+  });
+
+  it("an @Idempotent method called outside any delivery: its own transaction's rollback takes its write, callback and job; the rest commit once", async () => {
+    const { running, record } = await start('express');
+    const ledger = running.app.get(SeamsLedger);
+    const id = 'ledger_1';
+    expect(await ledger.settle({ id })).toEqual({ settled: id });
+    expect(await ledger.settle({ id })).toBe('replayed');
+    expect({
+      runs: record.runs,
+      callbacks: record.callbacks,
+      inner: await orders(`ledger-inner:${id}`),
+      outer: await orders(`ledger:${id}`),
+      innerJobs: await jobs(`${id}:inner`),
+      jobs: await jobs(id),
+      claim: await claim(id),
+    }).toEqual({
+      runs: [`ledger:${id}`],
+      callbacks: [`ledger:${id}`],
+      inner: 0,
+      outer: 1,
+      innerJobs: 0,
+      jobs: 1,
+      claim: ['done'],
+    });
   });
 
   describe.each(ROUTES)('all of them in one delivery (%s)', (route) => {
