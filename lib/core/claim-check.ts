@@ -48,9 +48,10 @@ export interface StoredResponse {
   /**
    * The listed headers that were set, and the Content-Type if the handler set one, by their
    * names as the handler wrote them (Express; Fastify writes every name in lower case). Rows
-   * stored before the names were kept: by lower-case name.
+   * stored before the names were kept: by lower-case name. A header set as a list (two
+   * `Set-Cookie`s) is kept as the list, since no single value can stand for several cookies.
    */
-  readonly headers?: Readonly<Record<string, string>>;
+  readonly headers?: Readonly<Record<string, string | readonly string[]>>;
   /** The body's JSON text, as `JSON.stringify` gave it when it was first answered; absent for none. */
   readonly json?: string;
   /**

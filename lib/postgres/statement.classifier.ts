@@ -4,7 +4,7 @@ import { loadOptionalPeer } from '../core/optional-peer.js';
 /**
  * What a statement does to the database, as PostgreSQL's parser reads it: `read` changes nothing
  * a rollback could undo (a query, a lock, a session command), `write` does (DML, a data-modifying
- * WITH, SELECT INTO, COPY FROM, TRUNCATE, DDL), and `undecided` hides its effect where its text
+ * WITH, SELECT INTO, COPY FROM, TRUNCATE, DDL, a PREPARE of one), and `undecided` hides its effect where its text
  * cannot show it (a function of the app's own, CALL, DO, EXECUTE, a text the parser refuses) or
  * has one that is no write but escapes the claim all the same (NOTIFY).
  */
@@ -62,7 +62,6 @@ const SESSION_COMMANDS: Record<string, string> = {
   ListenStmt: 'listens for notifications (LISTEN), not a write',
   UnlistenStmt: 'stops listening (UNLISTEN), not a write',
   LockStmt: 'takes a lock (LOCK TABLE), not a write',
-  PrepareStmt: 'prepares a statement and runs nothing (PREPARE): its EXECUTE is classified when sent',
   DeallocateStmt: 'drops a prepared statement (DEALLOCATE), not a write',
   ClosePortalStmt: 'closes a cursor (CLOSE), not a write',
   FetchStmt: 'reads from a cursor (FETCH)',
@@ -97,6 +96,7 @@ const KINDS: Record<string, string> = {
   DoStmt: 'DO',
   ExecuteStmt: 'EXECUTE',
   ExplainStmt: 'EXPLAIN',
+  PrepareStmt: 'PREPARE',
   NotifyStmt: 'NOTIFY',
   CreateTableAsStmt: 'CREATE TABLE AS',
   DeclareCursorStmt: 'DECLARE CURSOR',
@@ -271,6 +271,18 @@ function classifyStatement(node: Record<string, unknown>): Finding {
     case 'MergeStmt':
     case 'DeclareCursorStmt':
       return classifyQuery(kind, node);
+    case 'PrepareStmt': {
+      // PREPARE runs nothing, but its EXECUTE shows only a name: a prepared write is the write,
+      // refused (strict) before anything runs rather than let through as an undecided EXECUTE.
+      const prepared = classifyQuery(kindOf(firstType(body.query)), record(body.query));
+      if (prepared.effect !== 'write') {
+        return read(
+          kind,
+          'prepares a statement and runs nothing (PREPARE): its EXECUTE is classified when sent',
+        );
+      }
+      return { ...prepared, kind, reason: `prepares a statement that ${prepared.reason} when executed` };
+    }
     case 'ExplainStmt':
       // EXPLAIN ANALYZE runs its statement; a plain EXPLAIN only plans it.
       return analyzes(body)
@@ -402,6 +414,11 @@ function analyzes(body: Record<string, unknown>): boolean {
     if ('Integer' in arg) return (record(arg.Integer).ival ?? 0) !== 0;
     return !['false', 'off', 'no', '0'].includes(String(record(arg.String).sval).toLowerCase());
   });
+}
+
+/** The node type of a statement node (`InsertStmt` of `{ InsertStmt: {...} }`). */
+function firstType(node: unknown): string {
+  return Object.keys(record(node))[0] ?? 'unknown';
 }
 
 /** `INSERT` for InsertStmt, `ALTER TABLE` for AlterTableStmt. */

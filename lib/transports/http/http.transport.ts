@@ -119,8 +119,11 @@ export class HttpTransport implements DeliveryTransport {
     return storedBody(response);
   }
 
-  /** Express and Fastify set headers differently; the adapter knows which. */
-  private setHeader(context: ExecutionContext, name: string, value: string): void {
-    this.adapterHost.httpAdapter.setHeader(context.getArgByIndex(1), name, value);
+  /**
+   * Express and Fastify set headers differently; the adapter knows which. A list (a replay's two
+   * `Set-Cookie`s) is sent as one header line each, which both adapters do for an array.
+   */
+  private setHeader(context: ExecutionContext, name: string, value: string | readonly string[]): void {
+    this.adapterHost.httpAdapter.setHeader(context.getArgByIndex(1), name, value as string);
   }
 }

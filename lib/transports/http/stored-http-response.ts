@@ -60,7 +60,7 @@ export function captureHttpResponse(
   settings: CaptureSettings,
   onOmitted: (message: string) => void,
 ): StoredResponse {
-  const headers: Record<string, string> = {};
+  const headers: Record<string, string | readonly string[]> = {};
   for (const name of settings.replayHeaders) captureHeader(response, name, headers);
   // The Content-Type the handler set (Nest sets its own only as it sends): a replay answers the same.
   if (!settings.replayHeaders.includes('content-type')) captureHeader(response, 'content-type', headers);
@@ -94,13 +94,18 @@ export function captureHttpResponse(
  * Adds the header `name` (lower case) to `headers` if it is set, under the name it was written
  * with. The raw names are read only for a header that is there: each read makes an array.
  */
-function captureHeader(response: HttpResponse, name: string, headers: Record<string, string>): void {
+function captureHeader(
+  response: HttpResponse,
+  name: string,
+  headers: Record<string, string | readonly string[]>,
+): void {
   const header = response.getHeader(name);
   if (header === undefined || header === null) return;
   const raw = response
     .getRawHeaderNames?.()
     .find((written) => written.length === name.length && written.toLowerCase() === name);
-  headers[raw ?? name] = Array.isArray(header) ? header.join(', ') : String(header);
+  // A list stays a list: joined, two Set-Cookies would replay as one cookie with a comma in it.
+  headers[raw ?? name] = Array.isArray(header) ? header.map(String) : String(header);
 }
 
 /**
@@ -109,7 +114,7 @@ function captureHeader(response: HttpResponse, name: string, headers: Record<str
  */
 function notStored(
   status: number,
-  headers: Record<string, string>,
+  headers: Record<string, string | readonly string[]>,
   settings: CaptureSettings,
   onOmitted: (message: string) => void,
   message: string,
