@@ -1,25 +1,16 @@
-import type { AddressInfo, Server as NetServer } from 'node:net';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
-import type { MicroserviceOptions } from '@nestjs/microservices';
-import { Test } from '@nestjs/testing';
-import { lastValueFrom, timeout } from 'rxjs';
 import type { HandoffOptions } from '../../lib/index.js';
 import {
   SEAMS_QUEUE,
   SEAMS_WORKER_SCOPE,
-  SEAMS_ACCOUNT_PATTERN,
   SeamsFixtureModule,
   SeamsLedger,
-  SeamsMessageModule,
   SeamsRecord,
   type SeamsEvent,
 } from '../fixtures/seams-37.fixture.js';
-import { HandoffFixtureModule, TX_QUEUE, type HandoffEvent } from '../fixtures/handoff.fixture.js';
-import { Gates } from '../fixtures/webhook-fixture.module.js';
+import { TX_QUEUE } from '../fixtures/handoff.fixture.js';
 import { ADAPTERS, startApp, type AdapterName, type RunningApp } from '../support/app.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
-import { LogCapture } from '../support/log-capture.js';
-import { connectClient, serverOptions } from '../support/microservice-app.js';
 import { waitUntil } from '../support/wait-until.js';
 import { pgBouncerPerFile, routeUrl, ROUTES } from '../support/database-routes.js';
 
@@ -200,69 +191,7 @@ describe('issue 37: where its fixes meet', () => {
       expect(first.headers.getSetCookie()).toEqual(['a=1; Path=/', 'b=2; Path=/']);
       expect(replay.headers.getSetCookie()).toEqual(first.headers.getSetCookie());
     });
-
-    /**
-     * Reported, not fixed here (issue 37's closing note): the response is captured inside the
-     * route's IdempotencyInterceptor, before the app's own interceptors map it (Nest's
-     * ClassSerializerInterceptor, registered app-wide, runs outside the route's): what is stored
-     * is the handler's value, the fields they leave out included, and a replay, a plain object by
-     * then, passes through them unchanged. The secret is in the claims table and in every replay.
-     */
-    it.failing(
-      'a replay answers what the app-wide serializer made of the first answer, never the fields it left out',
-      async () => {
-        const { running, record } = await start(adapter, false, true);
-        const id = `acct-${adapter}`;
-        const headers = { 'idempotency-key': id, 'x-user': 'alice' };
-        const first = await post(running.url, 'account', { id }, headers);
-        const firstBody = await first.text();
-        expect(JSON.parse(firstBody)).toEqual({ id, email: `${id}@example.com` });
-        const replay = await post(running.url, 'account', { id }, headers);
-        expect(replay.headers.get('idempotent-replayed')).toBe('true');
-        expect(record.runs).toEqual([`account:${id}`]);
-        const stored = await db.pool.query(
-          'SELECT response::text AS response FROM processed_events WHERE event_key = $1',
-          [`alice:${id}`],
-        );
-        expect({
-          replay: await replay.text(),
-          storedSecret: String(stored.rows[0]?.response).includes('secret'),
-        }).toEqual({
-          replay: firstBody,
-          storedSecret: false,
-        });
-      },
-    );
   });
-
-  /** Reported with the HTTP case above: the same capture, inside the app's interceptors. */
-  it.failing(
-    'a @MessagePattern replay answers what the app-wide serializer made of the first reply',
-    async () => {
-      const moduleRef = await Test.createTestingModule({
-        imports: [SeamsMessageModule.forDatabase(db.url)],
-      }).compile();
-      const app = moduleRef.createNestMicroservice<MicroserviceOptions>({
-        ...serverOptions('tcp'),
-        logger: false,
-      });
-      await app.listen();
-      const port = (app.unwrap<NetServer>().address() as AddressInfo).port;
-      const client = await connectClient('tcp', port);
-      try {
-        const send = () =>
-          lastValueFrom(client.send(SEAMS_ACCOUNT_PATTERN, { id: 'acct-message' }).pipe(timeout(10_000)));
-        const first = await send();
-        expect(first).toEqual({ id: 'acct-message', email: 'acct-message@example.com' });
-        const replay = await send();
-        expect(app.get(SeamsRecord).runs).toEqual(['message:acct-message']);
-        expect(replay).toEqual(first);
-      } finally {
-        await client.close();
-        await app.close();
-      }
-    },
-  );
 
   /**
    * The classifier called PREPARE a read and the EXECUTE undecided (reported, never refused), so
@@ -362,77 +291,5 @@ describe('issue 37: where its fixes meet', () => {
       );
       expect(rows).toEqual([{ status: 'done' }]);
     });
-  });
-
-  describe("enqueue()'s key", () => {
-    /**
-     * Reported, not fixed here (issue 37's closing note): a job that meets its key in flight (the
-     * other job of that key still running) fails its attempt, which counts against its queue's
-     * retries, so a first job that runs longer than the retries last dead-letters the second,
-     * whose key then completes: a dead-letter alert for a job that had nothing left to do.
-     * `it.failing` until the worker stops counting those attempts (lib/transports/queue/worker-loop.ts,
-     * the `in_flight` case).
-     */
-    it.failing(
-      'two jobs with one key at once: the second is completed as replayed once the first commits, not dead-lettered',
-      async () => {
-        const logs = new LogCapture();
-        const running = await startApp(
-          'express',
-          [
-            HandoffFixtureModule.forSettings({
-              databaseUrl: db.url,
-              web: true,
-              workers: ['tx'],
-              idempotency: { handoff: HANDOFF, concurrentDuplicateWaitMs: 100 },
-            }),
-          ],
-          { logger: logs },
-        );
-        apps.push(running);
-        const gates = running.app.get(Gates);
-        const event: HandoffEvent = {
-          id: 'evt_same_key',
-          jobs: [
-            { key: 'ship:order-9', effect: 'same:a', parkIn: '*' },
-            { key: 'ship:order-9', effect: 'same:b', parkIn: '*' },
-          ],
-        };
-        const answer = await fetch(`${running.url}/webhook`, {
-          method: 'POST',
-          headers: { 'content-type': 'application/json' },
-          body: JSON.stringify(event),
-        });
-        expect(answer.status).toBe(200);
-        // Whichever job the worker took first holds the key's claim, parked in its transaction; the
-        // other meets the key in flight once per attempt: as many times as its queue has attempts.
-        const attempts = HANDOFF.queues![TX_QUEUE].retryLimit! + 1;
-        const inFlight = () =>
-          logs.lines.filter((line) => String(line.message).includes('is being processed by another job'))
-            .length;
-        await waitUntil(
-          () => inFlight() >= attempts,
-          'the other job to meet the key in flight on every attempt',
-        );
-        gates.openAll();
-        const states = () =>
-          db.pool
-            .query(
-              `SELECT state FROM ${SCHEMA}.job WHERE name = $1 AND data->'event'->>'key' = $2 ORDER BY state`,
-              [TX_QUEUE, event.id],
-            )
-            .then((result) => result.rows.map((row: { state: string }) => row.state));
-        await waitUntil(
-          async () => (await states()).every((state) => ['completed', 'failed'].includes(state)),
-          'both jobs to settle',
-        );
-        expect({
-          states: await states(),
-          effects: await db.count(
-            "SELECT count(*) FROM downstream_calls WHERE event_id IN ('same:a', 'same:b')",
-          ),
-        }).toEqual({ states: ['completed', 'completed'], effects: 1 });
-      },
-    );
   });
 });
