@@ -47,7 +47,8 @@ import {
 
 /** Where a run writes its files, and the tag that names them. */
 export interface RunTarget {
-  resultsDir: string;
+  /** Where CPU profiles and flame graphs go: bench/profiles/, which git ignores (megabytes a run). */
+  profilesDir: string;
   stamp: string;
   /** Unique per run: keeps event ids of different runs on one database apart. */
   runTag: string;
@@ -441,7 +442,8 @@ const FLAME_GRAPHS: readonly Variant[] = ['lib-tx', 'raw-tx-intercepted'];
 
 /**
  * A CPU profile of every variant under the same load, after a warm-up, attributed by code
- * location; kept gzipped in bench/results (a profile is several MB of JSON), with flame graphs of
+ * location; kept gzipped in bench/profiles (a profile is several MB of JSON, so git ignores the
+ * folder: the attribution in the run's .md is what a page cites), with flame graphs of
  * FLAME_GRAPHS beside them.
  */
 async function profile(
@@ -454,7 +456,7 @@ async function profile(
   const cpu: NonNullable<AdapterResult['cpu']> = { profiles: {}, flameGraphs: {} };
   for (const variant of VARIANTS) {
     await load(variant, 'unique', options.warmS);
-    const base = join(target.resultsDir, `${target.stamp}-${adapter}-${variant}`);
+    const base = join(target.profilesDir, `${target.stamp}-${adapter}-${variant}`);
     const raw = `${base}.cpuprofile`;
     await server.startProfile();
     await server.reset();

@@ -23,6 +23,7 @@ import { cpuDescription, resultStamp } from './support/run-identity.js';
 const REPO_DIR = fileURLToPath(new URL('../../', import.meta.url));
 const BENCH_DIR = fileURLToPath(new URL('../../bench/', import.meta.url));
 const RESULTS_DIR = join(BENCH_DIR, 'results');
+const PROFILES_DIR = join(BENCH_DIR, 'profiles');
 const README = join(BENCH_DIR, 'README.md');
 const LATEST = { start: '<!-- latest:start -->', end: '<!-- latest:end -->' };
 const PATHS = { start: '<!-- paths:start -->', end: '<!-- paths:end -->' };
@@ -48,6 +49,7 @@ const name =
   (options.pathsOnly ? '-paths-only' : '') +
   (baseline ? `-vs-${baseline.commit.slice(0, 7)}` : '');
 await mkdir(RESULTS_DIR, { recursive: true });
+await mkdir(PROFILES_DIR, { recursive: true });
 
 const postgres = await startBenchPostgres().catch((error: unknown) => {
   baseline?.remove();
@@ -63,7 +65,11 @@ try {
     pg_stat_statements: postgres.statementStats ? 'on' : 'off',
   };
   for (const adapter of options.adapters) {
-    const target = { resultsDir: RESULTS_DIR, stamp, runTag: randomBytes(3).toString('hex') };
+    const target = {
+      profilesDir: PROFILES_DIR,
+      stamp,
+      runTag: randomBytes(3).toString('hex'),
+    };
     adapters.push(await runAdapter(adapter, options, postgres, target, baseline));
   }
   const run: BenchRun = {

@@ -11,6 +11,8 @@ import type {
   Trace,
 } from './bench-result.js';
 
+/** From a run's .md in bench/results/ to its profiles, which the bench writes to bench/profiles/. */
+const PROFILES_LINK = '../profiles/';
 const pct = (share: number) => `${(share * 100).toFixed(1)}%`;
 const spreadCell = (spread: Spread) =>
   `**${spread.median.toFixed(3)}** (${spread.min.toFixed(3)}–${spread.max.toFixed(3)})`;
@@ -395,7 +397,7 @@ function adapterSection(result: AdapterResult, info: BaselineInfo | undefined): 
       const file = result.cpu.profiles[variant]?.split('/').pop();
       if (!attribution || !file) continue;
       lines.push(
-        `| ${variant} | ${attribution.cpuUsPerEvent} | ${attribution.libraryUsPerEvent} | [${file}](${file}) |`,
+        `| ${variant} | ${attribution.cpuUsPerEvent} | ${attribution.libraryUsPerEvent} | [${file}](${PROFILES_LINK}${file}) |`,
       );
     }
     const graphs = Object.entries(result.cpu.flameGraphs);
@@ -403,8 +405,10 @@ function adapterSection(result: AdapterResult, info: BaselineInfo | undefined): 
       lines.push(
         '',
         'Flame graphs: ' +
-          graphs.map(([variant, path]) => `[${variant}](${path.split('/').pop()})`).join(', ') +
-          '.',
+          graphs
+            .map(([variant, path]) => `[${variant}](${PROFILES_LINK}${path.split('/').pop()})`)
+            .join(', ') +
+          ' (bench/profiles/ is not committed: the files are on the machine that ran the bench).',
       );
     }
     lines.push('');
