@@ -4,7 +4,6 @@ import { join } from 'node:path';
 import pg from 'pg';
 import {
   baselinePairResult,
-  isBaselinePair,
   measureBaselineRep,
   startBaselineServer,
   type LoadFn,
@@ -34,13 +33,13 @@ import { DatabaseCpu } from './support/database-cpu.js';
 import { ServerProcess } from './support/server-process.js';
 import { StatementStats } from './support/statement-stats.js';
 import {
-  BASELINE_PAIRS,
   GUARD_PAIRS,
   HEADLINE_PAIRS,
   REFERENCE_PAIRS,
   REQUEST_PAIRS,
   VARIANTS,
   WORKLOADS,
+  type Pair,
   type Variant,
   type Workload,
 } from './variants.js';
@@ -137,7 +136,10 @@ export async function runAdapter(
       log(`${adapter}: baseline server (${baseline.commit.slice(0, 7)}), warming up`);
       const side = await startBaselineServer(baseline, adapter, options, baselineUrl, loadOn);
       try {
-        const measured = await interleavedRatios(options, load, adapter, side.load);
+        const measured = await interleavedRatios(options, load, adapter, {
+          load: side.load,
+          pairs: baseline.pairs.measured,
+        });
         ratios = measured.ratios;
         baselineResult = {
           baseline: measured.baseline,
@@ -358,13 +360,14 @@ async function measureCell(
 /**
  * Each pair's sides alternate (lib raw, raw lib, ...) for `reps` repetitions, so drift on a shared
  * machine falls on both; the ratio is taken within each repetition. With `baseline` (the
- * baseline server's load), each repetition of a pair in BASELINE_PAIRS runs four sides, both servers'.
+ * baseline server's load, and the pairs of BASELINE_PAIRS it has both routes of), each repetition
+ * of one of those pairs runs four sides, both servers'; the other pairs run on the current server.
  */
 async function interleavedRatios(
   options: BenchOptions,
   load: LoadFn,
   adapter: string,
-  baseline?: LoadFn,
+  baseline?: { load: LoadFn; pairs: readonly Pair[] },
 ): Promise<{ ratios: Record<string, RatioResult>; baseline?: Record<string, BaselinePairResult> }> {
   // The reference pairs double the time; a quick run (< 60 s) keeps to the headline, the request
   // mode's and the ordering guard's.
@@ -373,13 +376,15 @@ async function interleavedRatios(
       ? [...HEADLINE_PAIRS, ...REQUEST_PAIRS, ...REFERENCE_PAIRS, ...GUARD_PAIRS]
       : [...HEADLINE_PAIRS, ...REQUEST_PAIRS, ...GUARD_PAIRS];
   const reps: Record<string, RatioRep[]> = Object.fromEntries(pairs.map((pair) => [pair.name, []]));
+  const baselinePairs = baseline?.pairs ?? [];
+  const onBaseline = (pair: Pair) => baselinePairs.some((measured) => measured.name === pair.name);
   const baselineReps: Record<string, BaselineRep[]> = Object.fromEntries(
-    BASELINE_PAIRS.map((pair) => [pair.name, []]),
+    baselinePairs.map((pair) => [pair.name, []]),
   );
   for (let rep = 0; rep < options.reps; rep++) {
     for (const pair of pairs) {
-      if (baseline && isBaselinePair(pair)) {
-        const both = await measureBaselineRep(rep, pair, load, baseline, options.ratioS);
+      if (baseline && onBaseline(pair)) {
+        const both = await measureBaselineRep(rep, pair, load, baseline.load, options.ratioS);
         baselineReps[pair.name].push(both);
         const current = (variant: Variant) =>
           both.sides.find((side) => side.side === 'current' && side.variant === variant)!;
@@ -412,10 +417,12 @@ async function interleavedRatios(
         pairs.map((pair) => `${pair.name} ${reps[pair.name].at(-1)!.ratio.toFixed(3)}`).join(', ') +
         (baseline
           ? '; baseline ' +
-            BASELINE_PAIRS.map((pair) => {
-              const both = baselineReps[pair.name].at(-1)!;
-              return `${pair.name} ${both.baseline.toFixed(3)}, ${pair.lib} current/baseline ${both.direct.toFixed(3)}`;
-            }).join(', ')
+            baselinePairs
+              .map((pair) => {
+                const both = baselineReps[pair.name].at(-1)!;
+                return `${pair.name} ${both.baseline.toFixed(3)}, ${pair.lib} current/baseline ${both.direct.toFixed(3)}`;
+              })
+              .join(', ')
           : ''),
     );
   }
@@ -432,7 +439,7 @@ async function interleavedRatios(
   return {
     ratios,
     baseline: Object.fromEntries(
-      BASELINE_PAIRS.map((pair) => [pair.name, baselinePairResult(baselineReps[pair.name])]),
+      baselinePairs.map((pair) => [pair.name, baselinePairResult(baselineReps[pair.name])]),
     ),
   };
 }

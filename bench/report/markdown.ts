@@ -1,3 +1,4 @@
+import { skippedLine } from '../baseline-pairs.js';
 import { round, spread } from '../load/percentiles.js';
 import type { TracedQuery } from '../server/query-counter.js';
 import { VARIANT_DESCRIPTIONS, VARIANTS, WORKLOADS, type Workload } from '../variants.js';
@@ -26,6 +27,8 @@ function baselineName(info: BaselineInfo): string {
 
 /** One line on which code the baseline is and how it ran. */
 function baselineLine(info: BaselineInfo): string {
+  // A run saved before `skipped` existed has none.
+  const skipped = skippedLine(baselineName(info), info.skipped ?? []);
   return (
     `Baseline ${baselineName(info)}, "${info.subject}": its own lib and bench server, ` +
     `compiled in a temporary git worktree, in a second server process on ` +
@@ -37,7 +40,8 @@ function baselineLine(info: BaselineInfo): string {
     '.' +
     (info.serverChanged
       ? ' **Its bench/server differs from the current one**: the raw-* routes are not the same code on both sides.'
-      : ' Its bench/server is the same code as the current one.')
+      : ' Its bench/server is the same code as the current one.') +
+    (skipped ? ` Baseline ${skipped}.` : '')
   );
 }
 
