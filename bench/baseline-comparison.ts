@@ -5,13 +5,10 @@ import { round, spread } from './load/percentiles.js';
 import type { BaselinePairResult, BaselineRep, BaselineSide } from './report/bench-result.js';
 import type { BaselineCheckout } from './support/baseline-checkout.js';
 import { ServerProcess } from './support/server-process.js';
-import { BASELINE_PAIRS, type Pair, type Variant, type Workload } from './variants.js';
+import type { Pair, Variant, Workload } from './variants.js';
 
 /** Closed-loop load on one server's route (a fresh id prefix per call). */
 export type LoadFn = (variant: Variant, workload: Workload, durationS: number) => Promise<LoadResult>;
-
-/** The routes the baseline server is measured on: both sides of every pair it runs (BASELINE_PAIRS). */
-const BASELINE_VARIANTS: Variant[] = BASELINE_PAIRS.flatMap((pair) => [pair.lib, pair.raw]);
 
 /**
  * Seconds of load per route of BASELINE_PAIRS on the baseline server before the repetitions: about what the
@@ -22,14 +19,9 @@ export function baselineWarmS(options: BenchOptions): number {
   return options.warmS + options.cellS;
 }
 
-/** Whether a pair is measured on both servers. */
-export function isBaselinePair(pair: Pair): boolean {
-  return BASELINE_PAIRS.some((measured) => measured.name === pair.name);
-}
-
 /**
  * Starts the baseline's own bench server (its compiled bench/server/main.js, unmodified) on
- * `databaseUrl`, with the current server's settings, and warms the routes of BASELINE_PAIRS. Every warm-up
+ * `databaseUrl`, with the current server's settings, and warms the routes of the pairs it runs. Every warm-up
  * answer must be 2xx with its order row in the database: a baseline that fails fast would
  * otherwise look fast.
  */
@@ -50,7 +42,8 @@ export async function startBaselineServer(
   const load = loadOn(server.url);
   try {
     const name = (variant: Variant) => `baseline ${checkout.ref} ${adapter} /${variant}`;
-    await warmRoutes(load, BASELINE_VARIANTS, baselineWarmS(options), databaseUrl, name);
+    const routes = [...new Set(checkout.pairs.measured.flatMap((pair) => [pair.lib, pair.raw]))];
+    await warmRoutes(load, routes, baselineWarmS(options), databaseUrl, name);
   } catch (error) {
     await server.stop();
     throw new Error(`${(error as Error).message}\n${server.log.lines.join('\n')}`, { cause: error });

@@ -4,7 +4,6 @@ import { join } from 'node:path';
 import pg from 'pg';
 import {
   baselinePairResult,
-  isBaselinePair,
   measureBaselineRep,
   startBaselineServer,
   type LoadFn,
@@ -34,20 +33,21 @@ import { DatabaseCpu } from './support/database-cpu.js';
 import { ServerProcess } from './support/server-process.js';
 import { StatementStats } from './support/statement-stats.js';
 import {
-  BASELINE_PAIRS,
   GUARD_PAIRS,
   HEADLINE_PAIRS,
   REFERENCE_PAIRS,
   REQUEST_PAIRS,
   VARIANTS,
   WORKLOADS,
+  type Pair,
   type Variant,
   type Workload,
 } from './variants.js';
 
 /** Where a run writes its files, and the tag that names them. */
 export interface RunTarget {
-  resultsDir: string;
+  /** Where CPU profiles and flame graphs go: bench/profiles/, which git ignores (megabytes a run). */
+  profilesDir: string;
   stamp: string;
   /** Unique per run: keeps event ids of different runs on one database apart. */
   runTag: string;
@@ -136,7 +136,10 @@ export async function runAdapter(
       log(`${adapter}: baseline server (${baseline.commit.slice(0, 7)}), warming up`);
       const side = await startBaselineServer(baseline, adapter, options, baselineUrl, loadOn);
       try {
-        const measured = await interleavedRatios(options, load, adapter, side.load);
+        const measured = await interleavedRatios(options, load, adapter, {
+          load: side.load,
+          pairs: baseline.pairs.measured,
+        });
         ratios = measured.ratios;
         baselineResult = {
           baseline: measured.baseline,
@@ -357,13 +360,14 @@ async function measureCell(
 /**
  * Each pair's sides alternate (lib raw, raw lib, ...) for `reps` repetitions, so drift on a shared
  * machine falls on both; the ratio is taken within each repetition. With `baseline` (the
- * baseline server's load), each repetition of a pair in BASELINE_PAIRS runs four sides, both servers'.
+ * baseline server's load, and the pairs of BASELINE_PAIRS it has both routes of), each repetition
+ * of one of those pairs runs four sides, both servers'; the other pairs run on the current server.
  */
 async function interleavedRatios(
   options: BenchOptions,
   load: LoadFn,
   adapter: string,
-  baseline?: LoadFn,
+  baseline?: { load: LoadFn; pairs: readonly Pair[] },
 ): Promise<{ ratios: Record<string, RatioResult>; baseline?: Record<string, BaselinePairResult> }> {
   // The reference pairs double the time; a quick run (< 60 s) keeps to the headline, the request
   // mode's and the ordering guard's.
@@ -372,13 +376,15 @@ async function interleavedRatios(
       ? [...HEADLINE_PAIRS, ...REQUEST_PAIRS, ...REFERENCE_PAIRS, ...GUARD_PAIRS]
       : [...HEADLINE_PAIRS, ...REQUEST_PAIRS, ...GUARD_PAIRS];
   const reps: Record<string, RatioRep[]> = Object.fromEntries(pairs.map((pair) => [pair.name, []]));
+  const baselinePairs = baseline?.pairs ?? [];
+  const onBaseline = (pair: Pair) => baselinePairs.some((measured) => measured.name === pair.name);
   const baselineReps: Record<string, BaselineRep[]> = Object.fromEntries(
-    BASELINE_PAIRS.map((pair) => [pair.name, []]),
+    baselinePairs.map((pair) => [pair.name, []]),
   );
   for (let rep = 0; rep < options.reps; rep++) {
     for (const pair of pairs) {
-      if (baseline && isBaselinePair(pair)) {
-        const both = await measureBaselineRep(rep, pair, load, baseline, options.ratioS);
+      if (baseline && onBaseline(pair)) {
+        const both = await measureBaselineRep(rep, pair, load, baseline.load, options.ratioS);
         baselineReps[pair.name].push(both);
         const current = (variant: Variant) =>
           both.sides.find((side) => side.side === 'current' && side.variant === variant)!;
@@ -411,10 +417,12 @@ async function interleavedRatios(
         pairs.map((pair) => `${pair.name} ${reps[pair.name].at(-1)!.ratio.toFixed(3)}`).join(', ') +
         (baseline
           ? '; baseline ' +
-            BASELINE_PAIRS.map((pair) => {
-              const both = baselineReps[pair.name].at(-1)!;
-              return `${pair.name} ${both.baseline.toFixed(3)}, ${pair.lib} current/baseline ${both.direct.toFixed(3)}`;
-            }).join(', ')
+            baselinePairs
+              .map((pair) => {
+                const both = baselineReps[pair.name].at(-1)!;
+                return `${pair.name} ${both.baseline.toFixed(3)}, ${pair.lib} current/baseline ${both.direct.toFixed(3)}`;
+              })
+              .join(', ')
           : ''),
     );
   }
@@ -431,7 +439,7 @@ async function interleavedRatios(
   return {
     ratios,
     baseline: Object.fromEntries(
-      BASELINE_PAIRS.map((pair) => [pair.name, baselinePairResult(baselineReps[pair.name])]),
+      baselinePairs.map((pair) => [pair.name, baselinePairResult(baselineReps[pair.name])]),
     ),
   };
 }
@@ -441,7 +449,8 @@ const FLAME_GRAPHS: readonly Variant[] = ['lib-tx', 'raw-tx-intercepted'];
 
 /**
  * A CPU profile of every variant under the same load, after a warm-up, attributed by code
- * location; kept gzipped in bench/results (a profile is several MB of JSON), with flame graphs of
+ * location; kept gzipped in bench/profiles (a profile is several MB of JSON, so git ignores the
+ * folder: the attribution in the run's .md is what a page cites), with flame graphs of
  * FLAME_GRAPHS beside them.
  */
 async function profile(
@@ -454,7 +463,7 @@ async function profile(
   const cpu: NonNullable<AdapterResult['cpu']> = { profiles: {}, flameGraphs: {} };
   for (const variant of VARIANTS) {
     await load(variant, 'unique', options.warmS);
-    const base = join(target.resultsDir, `${target.stamp}-${adapter}-${variant}`);
+    const base = join(target.profilesDir, `${target.stamp}-${adapter}-${variant}`);
     const raw = `${base}.cpuprofile`;
     await server.startProfile();
     await server.reset();

@@ -5,6 +5,7 @@ import { fileURLToPath } from 'node:url';
 import { join } from 'node:path';
 import * as prettier from 'prettier';
 import { baselineWarmS } from './baseline-comparison.js';
+import { skippedLine } from './baseline-pairs.js';
 import { parseBenchOptions } from './bench-options.js';
 import { summarize, type AdapterResult, type BenchRun } from './report/bench-result.js';
 import { renderMarkdown, renderPathsSummary, renderReadmeSummary } from './report/markdown.js';
@@ -23,6 +24,7 @@ import { cpuDescription, resultStamp } from './support/run-identity.js';
 const REPO_DIR = fileURLToPath(new URL('../../', import.meta.url));
 const BENCH_DIR = fileURLToPath(new URL('../../bench/', import.meta.url));
 const RESULTS_DIR = join(BENCH_DIR, 'results');
+const PROFILES_DIR = join(BENCH_DIR, 'profiles');
 const README = join(BENCH_DIR, 'README.md');
 const LATEST = { start: '<!-- latest:start -->', end: '<!-- latest:end -->' };
 const PATHS = { start: '<!-- paths:start -->', end: '<!-- paths:end -->' };
@@ -31,8 +33,10 @@ const options = parseBenchOptions(process.argv.slice(2));
 const began = Date.now();
 const stamp = resultStamp();
 // Before PostgreSQL starts: a ref that does not exist or does not compile fails the run at once.
-const baseline = options.baseline ? checkoutBaseline(options.baseline, REPO_DIR) : undefined;
+const baseline = options.baseline ? await checkoutBaseline(options.baseline, REPO_DIR) : undefined;
 if (baseline) {
+  const skipped = skippedLine(baseline.commit.slice(0, 7), baseline.pairs.skipped);
+  if (skipped) console.log(`[bench] baseline ${skipped}`);
   // An interrupted run must not leave a worktree registered in the repository.
   for (const signal of ['SIGINT', 'SIGTERM'] as const) {
     process.once(signal, () => {
@@ -48,6 +52,7 @@ const name =
   (options.pathsOnly ? '-paths-only' : '') +
   (baseline ? `-vs-${baseline.commit.slice(0, 7)}` : '');
 await mkdir(RESULTS_DIR, { recursive: true });
+await mkdir(PROFILES_DIR, { recursive: true });
 
 const postgres = await startBenchPostgres().catch((error: unknown) => {
   baseline?.remove();
@@ -63,7 +68,11 @@ try {
     pg_stat_statements: postgres.statementStats ? 'on' : 'off',
   };
   for (const adapter of options.adapters) {
-    const target = { resultsDir: RESULTS_DIR, stamp, runTag: randomBytes(3).toString('hex') };
+    const target = {
+      profilesDir: PROFILES_DIR,
+      stamp,
+      runTag: randomBytes(3).toString('hex'),
+    };
     adapters.push(await runAdapter(adapter, options, postgres, target, baseline));
   }
   const run: BenchRun = {
@@ -78,6 +87,7 @@ try {
         current: baseline.current,
         database: baseline.sameSchema ? ('shared' as const) : ('own' as const),
         serverChanged: baseline.serverChanged,
+        skipped: baseline.pairs.skipped,
         warmS: baselineWarmS(options),
       },
     }),
@@ -127,6 +137,8 @@ function printBaseline(baseline: BaselineCheckout, adapters: AdapterResult[]): v
     ? baseline.commit.slice(0, 7)
     : `${baseline.ref} (${baseline.commit.slice(0, 7)})`;
   console.log(`[bench] against ${name}, median (min–max):`);
+  const skipped = skippedLine(name, baseline.pairs.skipped);
+  if (skipped) console.log(`[bench] baseline ${skipped}`);
   for (const result of adapters) {
     for (const [pair, ratios] of Object.entries(result.baseline ?? {})) {
       const lib = pair.split('/')[0];

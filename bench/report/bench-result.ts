@@ -1,3 +1,4 @@
+import type { SkippedPair } from '../baseline-pairs.js';
 import type { BenchOptions } from '../bench-options.js';
 import type { LoadResult } from '../load/load-run.js';
 import type { StormResult } from '../load/storm.js';
@@ -114,6 +115,8 @@ export interface BaselineInfo {
   serverChanged: boolean;
   /** Seconds of load per variant of BASELINE_PAIRS on the baseline server before the repetitions. */
   warmS: number;
+  /** Pairs of BASELINE_PAIRS the baseline lacks a route of: measured on the current server alone. */
+  skipped: SkippedPair[];
 }
 
 /** What one traced delivery sent to the database. */

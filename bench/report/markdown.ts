@@ -1,3 +1,4 @@
+import { skippedLine } from '../baseline-pairs.js';
 import { round, spread } from '../load/percentiles.js';
 import type { TracedQuery } from '../server/query-counter.js';
 import { VARIANT_DESCRIPTIONS, VARIANTS, WORKLOADS, type Workload } from '../variants.js';
@@ -11,6 +12,8 @@ import type {
   Trace,
 } from './bench-result.js';
 
+/** From a run's .md in bench/results/ to its profiles, which the bench writes to bench/profiles/. */
+const PROFILES_LINK = '../profiles/';
 const pct = (share: number) => `${(share * 100).toFixed(1)}%`;
 const spreadCell = (spread: Spread) =>
   `**${spread.median.toFixed(3)}** (${spread.min.toFixed(3)}–${spread.max.toFixed(3)})`;
@@ -24,6 +27,8 @@ function baselineName(info: BaselineInfo): string {
 
 /** One line on which code the baseline is and how it ran. */
 function baselineLine(info: BaselineInfo): string {
+  // A run saved before `skipped` existed has none.
+  const skipped = skippedLine(baselineName(info), info.skipped ?? []);
   return (
     `Baseline ${baselineName(info)}, "${info.subject}": its own lib and bench server, ` +
     `compiled in a temporary git worktree, in a second server process on ` +
@@ -35,7 +40,8 @@ function baselineLine(info: BaselineInfo): string {
     '.' +
     (info.serverChanged
       ? ' **Its bench/server differs from the current one**: the raw-* routes are not the same code on both sides.'
-      : ' Its bench/server is the same code as the current one.')
+      : ' Its bench/server is the same code as the current one.') +
+    (skipped ? ` Baseline ${skipped}.` : '')
   );
 }
 
@@ -395,7 +401,7 @@ function adapterSection(result: AdapterResult, info: BaselineInfo | undefined): 
       const file = result.cpu.profiles[variant]?.split('/').pop();
       if (!attribution || !file) continue;
       lines.push(
-        `| ${variant} | ${attribution.cpuUsPerEvent} | ${attribution.libraryUsPerEvent} | [${file}](${file}) |`,
+        `| ${variant} | ${attribution.cpuUsPerEvent} | ${attribution.libraryUsPerEvent} | [${file}](${PROFILES_LINK}${file}) |`,
       );
     }
     const graphs = Object.entries(result.cpu.flameGraphs);
@@ -403,8 +409,10 @@ function adapterSection(result: AdapterResult, info: BaselineInfo | undefined): 
       lines.push(
         '',
         'Flame graphs: ' +
-          graphs.map(([variant, path]) => `[${variant}](${path.split('/').pop()})`).join(', ') +
-          '.',
+          graphs
+            .map(([variant, path]) => `[${variant}](${PROFILES_LINK}${path.split('/').pop()})`)
+            .join(', ') +
+          ' (bench/profiles/ is not committed: the files are on the machine that ran the bench).',
       );
     }
     lines.push('');

@@ -3,6 +3,7 @@ import { existsSync, mkdtempSync, rmSync, symlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
+import { baselinePairs, type BaselinePairs } from '../baseline-pairs.js';
 
 /**
  * What decides whether the baseline can share the current side's database: the schema both
@@ -32,6 +33,8 @@ export interface BaselineCheckout {
   sameSchema: boolean;
   /** bench/server or the server protocol differ from the current ones. */
   serverChanged: boolean;
+  /** The pairs of BASELINE_PAIRS it has both routes of (measured on both servers), and the others. */
+  pairs: BaselinePairs;
   /** A fresh database made by the baseline's own code (its migration, its bench schema). */
   createDatabase(adminUrl: string): Promise<{ url: string; name: string }>;
   /** Removes the worktree; safe to call twice, synchronous so it also runs on SIGINT. */
@@ -55,9 +58,10 @@ function sameAs(repoDir: string, commit: string, paths: string[]): boolean {
 /**
  * `git worktree add --detach` of `ref` into a temporary directory, the main checkout's
  * node_modules linked into it (the dependencies are compatible), and its lib + bench compiled there
- * with its own tsconfig.bench.json, as its own `npm run bench` would. The caller removes it.
+ * with its own tsconfig.bench.json, as its own `npm run bench` would; its own VARIANTS say which
+ * routes its bench server has. The caller removes it.
  */
-export function checkoutBaseline(ref: string, repoDir: string): BaselineCheckout {
+export async function checkoutBaseline(ref: string, repoDir: string): Promise<BaselineCheckout> {
   let commit: string;
   try {
     commit = git(repoDir, ['rev-parse', '--verify', `${ref}^{commit}`]);
@@ -114,6 +118,10 @@ export function checkoutBaseline(ref: string, repoDir: string): BaselineCheckout
     }
     const serverEntry = join(dir, 'dist/bench/server/main.js');
     if (!existsSync(serverEntry)) throw new Error(`--baseline ${ref}: compiling produced no ${serverEntry}`);
+    const variants = join(dir, 'dist/bench/variants.js');
+    const routes = existsSync(variants)
+      ? ((await import(pathToFileURL(variants).href)) as { VARIANTS?: readonly string[] }).VARIANTS
+      : undefined;
     return {
       ref,
       commit,
@@ -123,6 +131,7 @@ export function checkoutBaseline(ref: string, repoDir: string): BaselineCheckout
       serverEntry,
       sameSchema: sameAs(repoDir, commit, SCHEMA_FILES),
       serverChanged: !sameAs(repoDir, commit, SERVER_FILES),
+      pairs: baselinePairs(routes),
       createDatabase: async (adminUrl) => {
         const module = (await import(
           pathToFileURL(join(dir, 'dist/bench/support/bench-postgres.js')).href

@@ -1,10 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { FaultsFixtureModule } from '../fixtures/faults.fixture.js';
-import { startApp, type RunningApp } from '../support/app.js';
+import type { RunningApp } from '../support/app.js';
 import { startBackendStorm } from '../support/backend-storm.js';
-import { CountingDownstream } from '../support/counting-downstream.js';
+import type { CountingDownstream } from '../support/counting-downstream.js';
 import type { TestDatabase } from '../support/database.js';
-import { createFaultDatabase } from '../support/fault-database.js';
+import { startFaultApp, type FaultApp } from '../support/fault-app.js';
 import { expectExactlyOnce, faultReport } from '../support/fault-report.js';
 import { startSender } from '../support/retrying-sender.js';
 
@@ -20,27 +19,23 @@ const MIN_TERMINATED = 50;
  * event has exactly one effect and the downstream is called exactly once per event.
  */
 describe('fault: pg_terminate_backend storms on the app’s sessions', () => {
+  let system: FaultApp;
   let db: TestDatabase;
   let downstream: CountingDownstream;
   let running: RunningApp;
 
   beforeAll(async () => {
-    db = await createFaultDatabase();
-    downstream = await CountingDownstream.start({ latencyMs: DOWNSTREAM_LATENCY_MS });
-    running = await startApp('fastify', [
-      FaultsFixtureModule.forDatabase({
-        databaseUrl: db.url,
-        downstreamUrl: downstream.url,
-        applicationName: APPLICATION_NAME,
-        idempotency: { leaseMs: 5_000, retryAfterSeconds: 5 },
-      }),
-    ]);
+    system = await startFaultApp({
+      adapter: 'fastify',
+      applicationName: APPLICATION_NAME,
+      idempotency: { leaseMs: 5_000, retryAfterSeconds: 5 },
+      downstreamLatencyMs: DOWNSTREAM_LATENCY_MS,
+    });
+    ({ db, downstream, running } = system);
   });
 
   afterAll(async () => {
-    await running?.close();
-    await downstream?.close();
-    await db?.drop();
+    await system?.close();
   });
 
   it.each(['transaction', 'external'] as const)(

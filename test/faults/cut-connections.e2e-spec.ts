@@ -1,12 +1,11 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
 import { DataSource } from 'typeorm';
 import { pgPoolOf } from '../../lib/postgres/typeorm-internals.js';
-import { FaultsFixtureModule } from '../fixtures/faults.fixture.js';
-import { startApp, type RunningApp } from '../support/app.js';
+import type { RunningApp } from '../support/app.js';
 import { CLAIM_SQL } from '../support/claim-sql.js';
-import { CountingDownstream } from '../support/counting-downstream.js';
+import type { CountingDownstream } from '../support/counting-downstream.js';
 import type { TestDatabase } from '../support/database.js';
-import { createFaultDatabase } from '../support/fault-database.js';
+import { startFaultApp, type FaultApp } from '../support/fault-app.js';
 import { expectExactlyOnce, faultReport } from '../support/fault-report.js';
 import { claimRow } from '../support/lease-rows.js';
 import { LogCapture } from '../support/log-capture.js';
@@ -32,6 +31,7 @@ const isLeaseCompletion: StatementPredicate = (sql) => sql === CLAIM_SQL.leaseCo
  * mode). Again and again during traffic: nothing lost, nothing doubled, no extra downstream call.
  */
 describe('fault: connections cut right after COMMIT and after a lease completion', () => {
+  let system: FaultApp;
   let db: TestDatabase;
   let proxy: TcpProxy;
   let downstream: CountingDownstream;
@@ -40,18 +40,18 @@ describe('fault: connections cut right after COMMIT and after a lease completion
   const rules: CutRule[] = [];
 
   beforeAll(async () => {
-    db = await createFaultDatabase();
-    const target = new URL(db.url);
-    proxy = await startTcpProxy(target.hostname, Number(target.port));
-    downstream = await CountingDownstream.start({ latencyMs: 10 });
-    running = await startApp('express', [
-      FaultsFixtureModule.forDatabase({
-        databaseUrl: proxy.url(db.url),
-        downstreamUrl: downstream.url,
-        applicationName: APPLICATION_NAME,
-        idempotency: { leaseMs: 5_000, retryAfterSeconds: 5 },
-      }),
-    ]);
+    system = await startFaultApp({
+      adapter: 'express',
+      applicationName: APPLICATION_NAME,
+      idempotency: { leaseMs: 5_000, retryAfterSeconds: 5 },
+      downstreamLatencyMs: 10,
+      appDatabaseUrl: async (database) => {
+        const target = new URL(database.url);
+        proxy = await startTcpProxy(target.hostname, Number(target.port));
+        return proxy.url(database.url);
+      },
+    });
+    ({ db, downstream, running } = system);
     running.app.useLogger(logs);
   });
 
@@ -60,10 +60,8 @@ describe('fault: connections cut right after COMMIT and after a lease completion
   });
 
   afterAll(async () => {
-    await running?.close();
+    await system?.close();
     await proxy?.close();
-    await downstream?.close();
-    await db?.drop();
   });
 
   /**

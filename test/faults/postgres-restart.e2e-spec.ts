@@ -1,11 +1,10 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { FaultsFixtureModule } from '../fixtures/faults.fixture.js';
-import { startApp, type RunningApp } from '../support/app.js';
-import { CountingDownstream } from '../support/counting-downstream.js';
+import type { RunningApp } from '../support/app.js';
+import type { CountingDownstream } from '../support/counting-downstream.js';
 import type { TestDatabase } from '../support/database.js';
-import { createFaultDatabase } from '../support/fault-database.js';
+import { startFaultApp, type FaultApp } from '../support/fault-app.js';
 import { expectExactlyOnce, faultReport } from '../support/fault-report.js';
-import { startPostgres, type PostgresServer } from '../support/postgres-server.js';
+import type { PostgresServer } from '../support/postgres-server.js';
 import { startSender } from '../support/retrying-sender.js';
 import { waitUntil } from '../support/wait-until.js';
 
@@ -41,30 +40,26 @@ const DOWNSTREAM_LATENCY_MS = 100;
  * and every event ends with exactly one effect. The app reaches the server directly.
  */
 describe('fault: Postgres restarted mid-traffic', () => {
+  let system: FaultApp;
   let server: PostgresServer;
   let db: TestDatabase;
   let downstream: CountingDownstream;
   let running: RunningApp;
 
   beforeAll(async () => {
-    server = await startPostgres({ reuseDatabaseUrl: false });
-    db = await createFaultDatabase(server.adminUrl);
-    downstream = await CountingDownstream.start({ latencyMs: DOWNSTREAM_LATENCY_MS });
-    running = await startApp('express', [
-      FaultsFixtureModule.forDatabase({
-        databaseUrl: db.url,
-        downstreamUrl: downstream.url,
-        applicationName: 'faults-restart',
-        idempotency: { leaseMs: LEASE_MS, retryAfterSeconds: RETRY_AFTER_SECONDS },
-      }),
-    ]);
+    system = await startFaultApp({
+      adapter: 'express',
+      ownServer: true,
+      applicationName: 'faults-restart',
+      idempotency: { leaseMs: LEASE_MS, retryAfterSeconds: RETRY_AFTER_SECONDS },
+      downstreamLatencyMs: DOWNSTREAM_LATENCY_MS,
+    });
+    ({ db, downstream, running } = system);
+    server = system.server!;
   }, 120_000);
 
   afterAll(async () => {
-    await running?.close();
-    await downstream?.close();
-    await db?.drop();
-    await server?.stop();
+    await system?.close();
   });
 
   it.each(['transaction', 'external'] as const)(

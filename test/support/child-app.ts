@@ -12,7 +12,7 @@ export interface ChildApp {
   output(): string;
   /** Resolves when a handler for `id` has claimed and reached its gate in the child. */
   entered(id: string): Promise<void>;
-  /** Lets the handler parked at `id` go on, in a fixture whose child listens for `{ open }`. */
+  /** Lets the handler parked at `id` go on. */
   open(id: string): void;
   /** SIGKILL: no shutdown hooks, no rollback from the app; Postgres sees the connection die. */
   kill(): Promise<void>;

@@ -4,7 +4,7 @@ import { within } from './wait-until.js';
 /**
  * A fixture app in a child process of its own: what crash tests SIGKILL, and what races between
  * two processes run. Every fixture child (test/fixtures/*-child.ts) speaks the same protocol over
- * its IPC channel:
+ * its IPC channel (its side in test/support/child-entry.ts):
  *
  * | from | message | meaning |
  * |---|---|---|
