@@ -34,6 +34,11 @@ const DOWNSTREAM_LATENCY_MS = 10;
 const REQUEST_TIMEOUT_MS = 30_000;
 /** App processes serving at once, as replicas behind a load balancer. */
 export const REPLICAS = 2;
+/**
+ * Bounds a replica's boot: the app with pg-boss takes seconds, and many more on a loaded machine;
+ * a slow boot is no broken promise.
+ */
+const BOOT_TIMEOUT_MS = 120_000;
 /** Bounds a handler's arrival at its gate. */
 const GATE_TIMEOUT_MS = 20_000;
 /** Bounds the wait, after the drain, for the jobs to settle and the callbacks to fire. */
@@ -153,7 +158,10 @@ export class ModelSystem {
       leaseMs: LEASE_MS,
       concurrentDuplicateWaitMs: DUPLICATE_WAIT_MS,
     };
-    const child = await startChildApp(release.adapter, settings, { entry: CHILD_ENTRY });
+    const child = await startChildApp(release.adapter, settings, {
+      entry: CHILD_ENTRY,
+      readyTimeoutMs: BOOT_TIMEOUT_MS,
+    });
     const app = { release, child, pid: child.process.pid! };
     this.running.add(app);
     return app;
