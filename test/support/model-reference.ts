@@ -542,7 +542,9 @@ export function describeAnswer(answer: Answer): string {
     return `${answer.status} ${answer.replayed ? 'replayed' : answer.stale ? 'stale' : 'processed'}`;
   const retry = answer.retryAfter === undefined ? '' : ` (Retry-After ${answer.retryAfter})`;
   const message = (answer.body as { message?: unknown } | undefined)?.message;
-  return `${answer.status}${retry}${typeof message === 'string' ? `: ${message}` : ''}`;
+  // A stored answer other than a 2xx (a handler's 5xx that was kept) says it was replayed.
+  const replayed = answer.replayed ? ' replayed' : '';
+  return `${answer.status}${replayed}${retry}${typeof message === 'string' ? `: ${message}` : ''}`;
 }
 
 function describeRows(rows: Record<string, number>): string {
