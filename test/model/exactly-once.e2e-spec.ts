@@ -12,13 +12,18 @@ import { PromiseBroken, ReferenceModel } from '../support/model-reference.js';
 import { ModelSystem } from '../support/model-system.js';
 
 /**
- * Model-based test of the one promise: random sequences of deliveries (both modes, duplicates,
- * concurrent copies, handler failures, SIGKILLs between claim and commit, lease expiry, a
- * scope's mode changed by a redeploy, claims nested in a delivery, database restarts) run
- * against two replicas of the real app in child processes; then every event is redelivered
- * until it is acknowledged, and the database and the counting downstream are compared with the
- * reference model (test/support/model-reference.ts), which states the promise, not what the
- * code does. test/model/README.md says what it found before the fixes of issue 16.
+ * Model-based test of the library's promises where its features meet: random sequences of
+ * deliveries (both modes, duplicates, concurrent copies, handler failures, SIGKILLs between claim
+ * and commit, lease expiry, a scope's mode changed by a redeploy, claims nested in a delivery,
+ * database restarts; 0 to 3 handoff jobs per delivery on one shared queue, from two scopes whose
+ * events share keys, some with keys of their own, and the worker SIGKILLed mid-job; request mode
+ * from two callers who send each other's keys, with JSON, text and binary bodies and 5xx answers
+ * the handler sets; ordered deliveries; a handler's own transactions that roll back around
+ * afterCommit and enqueue) run against two replicas of the real app in child processes; then
+ * every event is redelivered until it is acknowledged, the jobs are left to settle, and the
+ * database, the queue and the counting downstream are compared with the reference model
+ * (test/support/model-reference.ts), which states the promises, not what the code does.
+ * test/model/README.md says what it found before the fixes of issues 16 and 37.
  *
  * Environment:
  * - MODEL_SEED: fast-check's seed (default: random); printed with the shrunk commands on failure.
@@ -33,8 +38,12 @@ import { ModelSystem } from '../support/model-system.js';
  * - MODEL_VERBOSE=1: prints every run's steps.
  * - MODEL_WITHOUT: a comma-separated list of scenarios to leave out, for triage:
  *   mode-switch (every redeploy that flips a scope's mode), overlap (only the redeploys during
- *   which both releases hold the scope), nested, kill, db-restart, expire, concurrent. E.g.
- *   `MODEL_WITHOUT=mode-switch,nested` checks the rest of the model while those two are being fixed.
+ *   which both releases hold the scope), nested, kill, db-restart, expire, concurrent, handoff
+ *   (the two handoff scopes and their jobs), job-key (jobs with enqueue()'s own `key`), job-kill
+ *   (a worker SIGKILLed mid-job), request (the request-mode route with two callers), handler-5xx
+ *   (its handler answering a 5xx itself), ordering, handler-tx (the handler's own transactions).
+ *   E.g. `MODEL_WITHOUT=mode-switch,nested` checks the rest of the model while those two are
+ *   being fixed.
  */
 const SEED =
   process.env.MODEL_SEED === undefined
@@ -75,14 +84,15 @@ describe('model: one visible effect per event, whatever happens to its deliverie
     commands: Iterable<ModelCommand>,
     executed: ModelCommand[],
   ): Promise<ReferenceModel> {
-    const model = new ReferenceModel(`m${run}-`);
+    const model = new ReferenceModel(`m${run}-`, !WITHOUT.has('job-key'));
     let passed = false;
     try {
       await system.ensure({ adapter, switchMode: model.switchMode });
       model.note(`run ${run} on ${adapter}, pids ${system.replica(0).pid} and ${system.replica(1).pid}`);
       await fc.asyncModelRun(() => ({ model, real: system }), track(commands, executed));
       await drain(model, system);
-      model.compare(await system.effects(model.prefix), await system.claims(model.prefix));
+      await system.settle(model.prefix, model.callbacksDue());
+      model.compare(await system.observe(model.prefix));
       passed = true;
       return model;
     } finally {

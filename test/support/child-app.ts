@@ -30,6 +30,8 @@ export interface ChildAppOptions {
    * @default dist/test/fixtures/fixture-child.js (WebhookFixtureModule)
    */
   entry?: string;
+  /** How long the child may take to listen (gated-child's default when unset: 30 s). */
+  readyTimeoutMs?: number;
 }
 
 /** Starts WebhookFixtureModule (or `options.entry`) in a child process and waits until it listens. */
@@ -42,6 +44,7 @@ export async function startChildApp(
     entry: options.entry ?? CHILD_ENTRY,
     env: { FIXTURE_SETTINGS: JSON.stringify({ ...settings, adapter }) },
     name: 'fixture child',
+    ...(options.readyTimeoutMs === undefined ? {} : { readyTimeoutMs: options.readyTimeoutMs }),
   });
   return {
     url: child.ready,

@@ -2,8 +2,10 @@ import fc from 'fast-check';
 import type { ModelDelivery, ModelMode, ModelPoint } from '../fixtures/model-webhooks.fixture.js';
 import {
   EVENTS_PER_ROUTE,
+  OWNERS,
   ROUTES,
   eventName,
+  requestBody,
   variantOf,
   type EventRef,
   type ReferenceModel,
@@ -28,6 +30,17 @@ export const SCENARIOS = [
   'db-restart',
   'expire',
   'concurrent',
+  // The handoff: both handoff scopes (and their jobs), and within it the jobs with keys of their
+  // own and the worker SIGKILLed mid-job.
+  'handoff',
+  'job-key',
+  'job-kill',
+  // Request mode with two callers and three body types, and within it the handler's own 5xx.
+  'request',
+  'handler-5xx',
+  'ordering',
+  // The handler's own transactions around afterCommit and enqueue.
+  'handler-tx',
 ] as const;
 export type Scenario = (typeof SCENARIOS)[number];
 
@@ -38,11 +51,28 @@ function modeIn(app: ModelApp, event: EventRef): ModelMode {
 }
 
 function body(model: ReferenceModel, event: EventRef, extra: Partial<ModelDelivery> = {}): ModelDelivery {
-  return {
-    id: model.id(event),
-    ...(event.route === 'nested' ? { variant: variantOf(event) } : {}),
-    ...extra,
-  };
+  const delivery: ModelDelivery = { id: model.id(event), ...extra };
+  switch (event.route) {
+    case 'nested':
+      return { ...delivery, variant: variantOf(event) };
+    case 'hoA':
+    case 'hoB':
+      return { ...delivery, key: model.key(event), jobs: model.jobs(event) };
+    case 'ord':
+      return { ...delivery, entity: model.entity(), version: model.version(event) };
+    case 'reqo': {
+      const sent = requestBody(event.index, model.key(event));
+      const request = {
+        owner: event.owner ?? OWNERS[0],
+        key: model.key(event),
+        contentType: sent.contentType,
+        base64: sent.bytes.toString('base64'),
+      };
+      return { ...delivery, request };
+    }
+    default:
+      return delivery;
+  }
 }
 
 const path = (event: EventRef) => `/${event.route}`;
@@ -223,6 +253,68 @@ class KillDuringWork implements ModelCommand {
   toString = () => `killDuringWork(${eventName(this.event)}, ${this.point})${on(this.slot)}`;
 }
 
+/** Gates of the jobs KillDuringJob parks, unique in the test. */
+let jobGates = 0;
+
+/**
+ * A delivery whose first job parks on its first attempt, in whichever replica's worker takes it,
+ * and that process SIGKILLed there (inside the worker's claim transaction); the replica is started
+ * again, and pg-boss hands the job out again once it expires.
+ */
+class KillDuringJob implements ModelCommand {
+  constructor(
+    readonly event: EventRef,
+    readonly slot: number,
+  ) {}
+  check = () => true;
+  async run(model: ReferenceModel, system: ModelSystem): Promise<void> {
+    const { event } = this;
+    const gate = `${model.id(event)}#job${++jobGates}`;
+    const answer = await deliver(
+      model,
+      system,
+      event,
+      system.replica(this.slot),
+      'delivered, its first job to park',
+      {
+        jobGate: gate,
+      },
+    );
+    // Only the delivery that commits enqueues: a replay, a 409 or a failure has no job.
+    if (answer.status < 200 || answer.status >= 300 || answer.replayed) return;
+    const runner = await system.enteredAnywhere(gate);
+    if (!runner)
+      model.broken(event, `was answered 200 processed, yet its first job never started (gate ${gate})`);
+    const slot = system.slotOf(runner);
+    await system.kill(runner);
+    model.jobKilled(event);
+    model.note(`${eventName(event)}: its first job parked in pid ${runner.pid}, SIGKILLed there`, event);
+    system.route(slot, await system.boot(runner.release));
+  }
+  toString = () => `killDuringJob(${eventName(this.event)})${on(this.slot)}`;
+}
+
+/** A request-mode delivery whose handler writes its row and then answers `status` itself. */
+class Answer5xx implements ModelCommand {
+  constructor(
+    readonly event: EventRef,
+    readonly status: number,
+    readonly slot: number,
+  ) {}
+  check = () => true;
+  async run(model: ReferenceModel, system: ModelSystem): Promise<void> {
+    const app = system.replica(this.slot);
+    model.touch(this.event);
+    const answer = await system.send(path(this.event), body(model, this.event, { status: this.status }), app);
+    await judge(model, system, this.event, answer, {
+      failed: true,
+      during: `delivered asking its handler to answer ${this.status} to pid ${app.pid}`,
+      mode: modeIn(app, this.event),
+    });
+  }
+  toString = () => `answer5xx(${eventName(this.event)}, ${this.status})${on(this.slot)}`;
+}
+
 /** The lease of an event whose external-mode holder was killed runs out (lib/testing). */
 class ExpireLease implements ModelCommand {
   constructor(readonly event: EventRef) {}
@@ -399,10 +491,34 @@ export async function drain(model: ReferenceModel, system: ModelSystem): Promise
 
 /** The command arbitraries, without the scenarios `without` names. */
 export function modelCommands(without: ReadonlySet<Scenario>): fc.Arbitrary<ModelCommand>[] {
-  const routes = ROUTES.filter((route) => route !== 'nested' || !without.has('nested'));
-  const eventOf = (among: readonly Route[]) =>
-    fc.record({ route: fc.constantFrom(...among), index: fc.nat({ max: EVENTS_PER_ROUTE - 1 }) });
+  const routeScenario: Partial<Record<Route, Scenario>> = {
+    nested: 'nested',
+    hoA: 'handoff',
+    hoB: 'handoff',
+    reqo: 'request',
+    ord: 'ordering',
+    htx: 'handler-tx',
+  };
+  const routes = ROUTES.filter((route) => {
+    const scenario = routeScenario[route];
+    return scenario === undefined || !without.has(scenario);
+  });
+  const eventOf = (among: readonly Route[], indexes?: readonly number[]) =>
+    fc
+      .tuple(
+        fc.constantFrom(...among),
+        indexes ? fc.constantFrom(...indexes) : fc.nat({ max: EVENTS_PER_ROUTE - 1 }),
+        fc.constantFrom(...OWNERS),
+      )
+      .map(([route, index, owner]): EventRef =>
+        route === 'reqo' ? { route, index, owner } : { route, index },
+      );
   const event = eventOf(routes);
+  // Events with a job: the handoff scopes' of indexes 0 and 2 (index 1 enqueues none), any handler-tx one.
+  const jobEvents = [
+    ...(without.has('handoff') ? [] : [eventOf(['hoA', 'hoB'], [0, 2])]),
+    ...(without.has('handler-tx') ? [] : [eventOf(['htx'])]),
+  ];
   const external = eventOf(['ext', 'switch']);
   const slot = fc.nat({ max: REPLICAS - 1 });
   const weighted: { arbitrary: fc.Arbitrary<ModelCommand>; weight: number; scenario?: Scenario }[] = [
@@ -455,6 +571,20 @@ export function modelCommands(without: ReadonlySet<Scenario>): fc.Arbitrary<Mode
       scenario: 'db-restart',
     },
   ];
+  if (!without.has('job-kill') && jobEvents.length > 0)
+    weighted.push({
+      arbitrary: fc.tuple(fc.oneof(...jobEvents), slot).map(([e, r]) => new KillDuringJob(e, r)),
+      weight: 2,
+      scenario: 'job-kill',
+    });
+  if (!without.has('request'))
+    weighted.push({
+      arbitrary: fc
+        .tuple(eventOf(['reqo']), fc.constantFrom(500, 502), slot)
+        .map(([e, s, r]) => new Answer5xx(e, s, r)),
+      weight: 2,
+      scenario: 'handler-5xx',
+    });
   const kept = weighted.filter((entry) => !entry.scenario || !without.has(entry.scenario));
   return [fc.oneof(...kept.map(({ arbitrary, weight }) => ({ arbitrary, weight })))];
 }

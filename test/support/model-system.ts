@@ -3,7 +3,10 @@ import request from 'supertest';
 import { DataSource } from 'typeorm';
 import { expireLease } from '../../lib/testing/index.js';
 import {
+  CALLER_HEADER,
+  MODEL_QUEUE,
   MODEL_SCHEMA,
+  SWITCH_HEADERS,
   type ModelDelivery,
   type ModelMode,
   type ModelSettings,
@@ -31,8 +34,17 @@ const DOWNSTREAM_LATENCY_MS = 10;
 const REQUEST_TIMEOUT_MS = 30_000;
 /** App processes serving at once, as replicas behind a load balancer. */
 export const REPLICAS = 2;
+/**
+ * Bounds a replica's boot: the app with pg-boss takes seconds, and many more on a loaded machine;
+ * a slow boot is no broken promise.
+ */
+const BOOT_TIMEOUT_MS = 120_000;
 /** Bounds a handler's arrival at its gate. */
 const GATE_TIMEOUT_MS = 20_000;
+/** Bounds the wait, after the drain, for the jobs to settle and the callbacks to fire. */
+const SETTLE_MS = 45_000;
+/** pg-boss states of a job still to run. */
+const PENDING_JOB_STATES = new Set(['created', 'retry', 'active']);
 
 /** One release of the app: the platform and the mode the switchable scope is deployed with. */
 export interface Release {
@@ -45,6 +57,8 @@ export interface Answer {
   /** 0 when no answer came (the process died, the connection was cut). */
   status: number;
   replayed: boolean;
+  /** An ordered event older than its entity's version: done without running (`Idempotent-Stale`). */
+  stale?: boolean;
   retryAfter?: string;
   body: unknown;
   /** The transport error when status is 0. */
@@ -66,6 +80,28 @@ export interface ModelApp {
   release: Release;
   child: ChildApp;
   pid: number;
+}
+
+/** A request-mode delivery's request: its caller, its key and its body (ModelDelivery.request). */
+export interface RequestSend {
+  owner: string;
+  key: string;
+  contentType: string;
+  /** The body's bytes, base64 (a delivery is JSON). */
+  base64: string;
+}
+
+/** Everything the final comparison reads: effects, claims, jobs, the ordered entities. */
+export interface Observed {
+  effects: Map<string, EventEffects>;
+  /** `scope key` → status. */
+  claims: Map<string, string>;
+  /** A job's effect id → the states of the pg-boss jobs that carry it. */
+  jobs: Map<string, string[]>;
+  /** Ordered entity → the version that stands. */
+  entities: Map<string, number>;
+  /** The ordered events applied, by the event id of their 'ord' row, in the order they were written. */
+  applied: string[];
 }
 
 /** Effects of one event, as read from the database and the downstream. */
@@ -122,10 +158,20 @@ export class ModelSystem {
       leaseMs: LEASE_MS,
       concurrentDuplicateWaitMs: DUPLICATE_WAIT_MS,
     };
-    const child = await startChildApp(release.adapter, settings, { entry: CHILD_ENTRY });
+    const child = await startChildApp(release.adapter, settings, {
+      entry: CHILD_ENTRY,
+      readyTimeoutMs: BOOT_TIMEOUT_MS,
+    });
     const app = { release, child, pid: child.process.pid! };
     this.running.add(app);
     return app;
+  }
+
+  /** The slot `app` serves. */
+  slotOf(app: ModelApp): number {
+    const slot = this.replicas.indexOf(app);
+    if (slot < 0) throw new Error(`pid ${app.pid} serves no slot`);
+    return slot;
   }
 
   /** Routes the deliveries of `slot` to `app` from now on (the previous one is the caller's to stop). */
@@ -246,13 +292,80 @@ export class ModelSystem {
     return effects;
   }
 
-  /** The claim rows of the events whose ids start with `prefix`: `scope key` → status. */
+  /**
+   * The claim rows whose keys hold `prefix` (a request-mode key follows its owner): `scope key` →
+   * status.
+   */
   async claims(prefix: string): Promise<Map<string, string>> {
     const { rows } = await this.db.pool.query<{ scope: string; event_key: string; status: string }>(
-      'SELECT scope, event_key, status FROM processed_events WHERE starts_with(event_key, $1)',
+      'SELECT scope, event_key, status FROM processed_events WHERE strpos(event_key, $1) > 0',
       [prefix],
     );
     return new Map(rows.map((row) => [`${row.scope} ${row.event_key}`, row.status]));
+  }
+
+  /** The pg-boss jobs on MODEL_QUEUE of the run, by their effect id: their states. */
+  async jobs(prefix: string): Promise<Map<string, string[]>> {
+    const { rows } = await this.db.pool.query<{ job: string; state: string }>(
+      `SELECT data->'data'->>'job' AS job, state::text AS state FROM pgboss.job
+       WHERE name = $1 AND starts_with(data->'data'->>'job', $2) ORDER BY created_on`,
+      [MODEL_QUEUE, prefix],
+    );
+    const jobs = new Map<string, string[]>();
+    for (const row of rows) jobs.set(row.job, [...(jobs.get(row.job) ?? []), row.state]);
+    return jobs;
+  }
+
+  /**
+   * Waits until no job of the run waits or runs (a killed worker's job comes back once it
+   * expires) and every callback in `callbacks` has fired; bounded, then the comparison says
+   * what is missing.
+   */
+  async settle(prefix: string, callbacks: readonly string[]): Promise<void> {
+    const deadline = performance.now() + SETTLE_MS;
+    while (performance.now() < deadline) {
+      const states = [...(await this.jobs(prefix)).values()].flat();
+      const fired = new Set(this.downstream.calls.map((call) => call.eventId));
+      if (!states.some((state) => PENDING_JOB_STATES.has(state)) && callbacks.every((id) => fired.has(id)))
+        return;
+      await new Promise((resume) => setTimeout(resume, 100));
+    }
+  }
+
+  /** What the final comparison reads, for the run's `prefix`. */
+  async observe(prefix: string): Promise<Observed> {
+    const [effects, claims, jobs, entities, applied] = await Promise.all([
+      this.effects(prefix),
+      this.claims(prefix),
+      this.jobs(prefix),
+      this.db.pool.query<{ entity: string; version: number }>(
+        'SELECT entity, version FROM model_entities WHERE starts_with(entity, $1)',
+        [prefix],
+      ),
+      this.db.pool.query<{ event_id: string }>(
+        `SELECT event_id FROM model_effects WHERE kind = 'ord' AND starts_with(event_id, $1) ORDER BY id`,
+        [prefix],
+      ),
+    ]);
+    return {
+      effects,
+      claims,
+      jobs,
+      entities: new Map(entities.rows.map((row) => [row.entity, row.version])),
+      applied: applied.rows.map((row) => row.event_id),
+    };
+  }
+
+  /**
+   * Resolves with the replica whose process reached `gate` (a job's, which either may run), or
+   * undefined when none did within the gate timeout.
+   */
+  async enteredAnywhere(gate: string): Promise<ModelApp | undefined> {
+    const apps = Array.from({ length: REPLICAS }, (_, slot) => this.replica(slot));
+    const timeout = new Promise<undefined>((resolve) =>
+      setTimeout(() => resolve(undefined), GATE_TIMEOUT_MS).unref(),
+    );
+    return Promise.race([...apps.map((app) => app.child.entered(gate).then(() => app)), timeout]);
   }
 
   async close(): Promise<void> {
@@ -267,12 +380,30 @@ export class ModelSystem {
 async function send(url: string, path: string, delivery: ModelDelivery): Promise<Answer> {
   try {
     const sent = request(url).post(path);
-    // The request-mode route takes its key from the header, as the draft writes it.
+    // The request-mode routes take their key from the header, as the draft writes it (quoted).
     if (path === '/req') sent.set('Idempotency-Key', `"${delivery.id}"`);
-    const response = await sent.send(delivery).timeout(REQUEST_TIMEOUT_MS);
+    let response;
+    if (path === '/reqo' && delivery.request) {
+      // The request is the body; the test's switches ride in headers.
+      const { owner, key, contentType, base64 } = delivery.request;
+      sent.set('Idempotency-Key', `"${key}"`).set(CALLER_HEADER, owner).set('content-type', contentType);
+      if (delivery.gate)
+        sent
+          .set(SWITCH_HEADERS.gate, delivery.gate)
+          .set(SWITCH_HEADERS.park, delivery.park ?? 'before-effect');
+      if (delivery.fail) sent.set(SWITCH_HEADERS.fail, '1');
+      if (delivery.status) sent.set(SWITCH_HEADERS.status, String(delivery.status));
+      // superagent sends a Buffer's bytes only as such; JSON and text go as their text.
+      const bytes = Buffer.from(base64, 'base64');
+      const sentBody = contentType === 'application/octet-stream' ? bytes : bytes.toString();
+      response = await sent.send(sentBody).timeout(REQUEST_TIMEOUT_MS);
+    } else {
+      response = await sent.send(delivery).timeout(REQUEST_TIMEOUT_MS);
+    }
     return {
       status: response.status,
       replayed: response.headers['idempotent-replayed'] === 'true',
+      stale: response.headers['idempotent-stale'] === 'true',
       retryAfter: response.headers['retry-after'],
       body: response.body,
     };
