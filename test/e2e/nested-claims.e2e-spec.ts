@@ -2,12 +2,8 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/glob
 import request from 'supertest';
 import { DataSource } from 'typeorm';
 import * as publicApi from '../../lib/index.js';
-import {
-  IdempotencyMetrics,
-  IdempotencyService,
-  type ClaimOutcome,
-  type IdempotentDelivery,
-} from '../../lib/index.js';
+import { IdempotencyService, type ClaimOutcome, type IdempotentDelivery } from '../../lib/index.js';
+import { IdempotencyMetrics } from '../../lib/observability/index.js';
 import * as errors from '../../lib/idempotency.errors.js';
 import { expireLease } from '../../lib/testing/index.js';
 import {

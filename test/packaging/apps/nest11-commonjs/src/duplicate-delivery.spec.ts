@@ -1,6 +1,7 @@
 import type { INestApplication } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
-import { IdempotencyMetrics, REPLAYED_HEADER } from 'nest-idempotent-webhooks';
+import { REPLAYED_HEADER } from 'nest-idempotent-webhooks';
+import { IdempotencyMetrics } from 'nest-idempotent-webhooks/observability';
 import { runAsWebhookDelivery } from 'nest-idempotent-webhooks/testing';
 import { register } from 'prom-client';
 // supertest is CommonJS with `export =`: without esModuleInterop (classic), this is how to call it.
