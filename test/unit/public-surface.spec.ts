@@ -16,7 +16,7 @@ const names = (entry: object) => Object.keys(entry).sort();
  * The package's entry points by what they export at run time. Each list is written out, so that a
  * name added to an entry is added here on purpose: the root stays what an app imports to make its
  * handlers idempotent, and what only an operator's tool or a monitoring set-up imports goes on its
- * own entry (docs/transports.md, "Entry points", says which is where, and why).
+ * own entry (docs/compatibility.md, "Entry points", says which is where).
  */
 describe('the public surface', () => {
   it(`has at most ${ROOT_LIMIT} runtime names at the root`, () => {

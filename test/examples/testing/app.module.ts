@@ -1,6 +1,6 @@
 import { Module } from '@nestjs/common';
 import { TypeOrmModule } from '@nestjs/typeorm';
-import { idempotencyEntities, processedEventsMigrations, IdempotencyModule } from '../../../lib/index.js';
+import { idempotencyEntities, IdempotencyModule, processedEventsMigrations } from '../../../lib/index.js';
 import { PaymentsController } from './payments.controller.js';
 
 @Module({

@@ -7,9 +7,9 @@ import type Stripe from 'stripe';
 import { DataSource, type EntityManager } from 'typeorm';
 import {
   idempotencyEntities,
-  processedEventsMigrations,
   IdempotencyModule,
   IdempotentWebhook,
+  processedEventsMigrations,
   stripeEventKey,
   WebhookTransaction,
 } from '../../../lib/index.js';

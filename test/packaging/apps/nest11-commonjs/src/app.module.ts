@@ -1,6 +1,6 @@
 import { Module } from '@nestjs/common';
 import { TypeOrmModule } from '@nestjs/typeorm';
-import { idempotencyEntities, processedEventsMigrations, IdempotencyModule } from 'nest-idempotent-webhooks';
+import { idempotencyEntities, IdempotencyModule, processedEventsMigrations } from 'nest-idempotent-webhooks';
 import { CreateOrders1764547300000 } from './create-orders.migration';
 import { Order } from './order.entity';
 import { OrdersService } from './orders.service';
