@@ -51,6 +51,3 @@ export const DEFAULTS = {
 
 /** Fingerprints remembered per process for `detectUnstableKeys`, the oldest forgotten first. */
 export const MAX_REMEMBERED_FINGERPRINTS = 10_000;
-
-/** Metadata key under which `@IdempotentRequest` stores its request-mode settings (with the webhook metadata). */
-export const IDEMPOTENT_REQUEST_METADATA = 'idempotency:request';

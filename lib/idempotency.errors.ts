@@ -1,14 +1,16 @@
 import { HttpException } from '@nestjs/common';
 import type { ConflictState } from './core/claim-check.js';
+import type { WebhookSignatureError } from './guards/webhook-signature.error.js';
 
 /**
  * Everything the library raises about a delivery, one family on every transport:
  * `IdempotencyService.run()` and `@Idempotent` methods reject with these, `@IdempotentWebhook`
  * answers them over HTTP as they are (each is an HttpException with its status, body and, where
  * a retry is asked for, `Retry-After`), and over microservices as RpcExceptions whose error
- * carries the same `code`. Catch them with `instanceof` (also across the package's ESM and
- * CommonJS builds), `@Catch(IdempotencyError)` in a filter, or `isIdempotencyError()`; a handler's
- * own errors pass through unchanged.
+ * carries the same `code`. Tell them apart with `isIdempotencyError(error, code?)` (the root
+ * entry), `@Catch(IdempotencyError)` in a filter, or `instanceof` one class (also across the
+ * package's ESM and CommonJS builds; every class is on the `nest-idempotent-webhooks/errors`
+ * entry); a handler's own errors pass through unchanged.
  */
 
 /** Stable identifiers of the errors below, also sent to RPC callers as `code`. */
@@ -58,6 +60,11 @@ interface ErrorOfCode {
   IDEMPOTENCY_RESPONSE_NOT_STORED: ResponseNotStoredError;
   IDEMPOTENCY_OWNER_UNKNOWN: IdempotencyOwnerUnknownError;
   IDEMPOTENCY_BODY_UNPARSED: UnparsedRequestBodyError;
+  IDEMPOTENCY_SIGNATURE_MALFORMED: WebhookSignatureError;
+  IDEMPOTENCY_SIGNATURE_INVALID: WebhookSignatureError;
+  IDEMPOTENCY_BODY_UNREADABLE: WebhookSignatureError;
+  IDEMPOTENCY_BODY_UNVERIFIABLE: WebhookSignatureError;
+  IDEMPOTENCY_RAW_BODY_UNAVAILABLE: WebhookSignatureError;
 }
 
 /**
@@ -156,15 +163,6 @@ export abstract class IdempotencyError extends HttpException {
   /** The body Nest answers: problem details once asked for (asProblemDetails), else Nest's shape. */
   override getResponse(): string | object {
     return this.problem ?? super.getResponse();
-  }
-
-  /**
-   * The error itself. The HTTP answers used to be separate exception classes holding the error
-   * as `error`; a filter written for them (`exception.error.key`) keeps working.
-   * @deprecated read the fields on the error itself.
-   */
-  get error(): this {
-    return this;
   }
 }
 
@@ -377,8 +375,7 @@ export interface ProblemDetails {
 }
 
 /** The Idempotency-Key draft, the documentation the key's problems point at. */
-export const IDEMPOTENCY_KEY_DRAFT =
-  'https://datatracker.ietf.org/doc/draft-ietf-httpapi-idempotency-key-header/';
+const IDEMPOTENCY_KEY_DRAFT = 'https://datatracker.ietf.org/doc/draft-ietf-httpapi-idempotency-key-header/';
 
 /** The draft's titles for the key's own problems; every other problem is `about:blank`. */
 const KEY_PROBLEM_TITLES: Partial<Record<IdempotencyErrorCode, string>> = {

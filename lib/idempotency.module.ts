@@ -31,7 +31,7 @@ import { QueueHandoff } from './transports/queue/queue-handoff.js';
  * ```ts
  * @Module({
  *   imports: [
- *     TypeOrmModule.forRoot({ type: 'postgres', url, entities: [...IDEMPOTENCY_ENTITIES] }),
+ *     TypeOrmModule.forRoot({ type: 'postgres', url, entities: [...idempotencyEntities()] }),
  *     ScheduleModule.forRoot(), // once, for the expired-lease reporter
  *     IdempotencyModule.forRoot({ leaseMs: 300_000 }),
  *   ],

@@ -1,6 +1,14 @@
 /**
- * The public surface: what an app imports, and nothing else. Internals (metadata keys, the claim
- * runner, SQL executors, single migrations) stay out; tests reach them by relative import.
+ * The root entry: what an app imports to make its handlers idempotent, and nothing else (at most
+ * 32 runtime names; test/unit/public-surface.spec.ts counts them). What only some apps import
+ * has an entry of its own, in both builds:
+ * - `nest-idempotent-webhooks/errors`: every error class, for `instanceof` and `@Catch()` of one
+ *   kind (the root has the base class, WebhookSignatureError, and `isIdempotencyError()`);
+ * - `nest-idempotent-webhooks/operator`: claims by hand, the handoff's queues, the console;
+ * - `nest-idempotent-webhooks/observability`: metrics, the health indicator, diagnostics channels;
+ * - `nest-idempotent-webhooks/testing`: helpers for an app's own tests.
+ * Internals (metadata keys, the claim runner, SQL executors, single migrations) stay out; tests
+ * reach them by relative import.
  */
 
 // The module and its options.
@@ -13,7 +21,10 @@ export type {
   WebhookSignatureOptions,
   HandoffOptions,
   HandoffQueueOptions,
+  ClaimOutcome,
+  ClaimOutcomeEvent,
 } from './interfaces/index.js';
+export type { TelemetryOptions } from './observability/telemetry-options.js';
 
 // Making handlers idempotent: HTTP and microservice handlers, provider methods, plain calls, workers.
 export { IdempotentWebhook } from './transports/idempotent-webhook.decorator.js';
@@ -56,7 +67,6 @@ export {
 
 // Ordering guards for the senders the library knows: the newest event of each object wins.
 export {
-  isoTimestampVersion,
   shopifyWebhookOrder,
   standardWebhookOrder,
   stripeEventOrder,
@@ -71,90 +81,47 @@ export { GithubSignatureGuard } from './guards/github-signature.guard.js';
 export { StandardWebhooksSignatureGuard } from './guards/standard-webhooks-signature.guard.js';
 export { ShopifySignatureGuard } from './guards/shopify-signature.guard.js';
 
-// Errors: one family, each an HttpException with its status (idempotency.errors.ts).
+// Errors: one family, each an HttpException with its status, told apart by `code`. The base
+// class (for `@Catch(IdempotencyError)`), the guards' one signature error, and the check that
+// narrows to a code's class; every class by value is on `nest-idempotent-webhooks/errors`.
 export {
-  EventInFlightError,
   IdempotencyError,
-  IdempotencyKeyReusedError,
-  IdempotencyOwnerUnknownError,
-  IdempotencyUnavailableError,
-  InvalidEventOrderError,
-  InvalidIdempotencyKeyError,
   isIdempotencyError,
-  MissingIdempotencyKeyError,
-  PropagationError,
-  ResponseNotStoredError,
-  TransactionAbortedError,
-  UnparsedRequestBodyError,
+  type EventInFlightError,
   type IdempotencyErrorCode,
+  type IdempotencyKeyReusedError,
+  type IdempotencyOwnerUnknownError,
+  type IdempotencyUnavailableError,
+  type InvalidEventOrderError,
+  type InvalidIdempotencyKeyError,
+  type MissingIdempotencyKeyError,
   type ProblemDetails,
+  type PropagationError,
+  type ResponseNotStoredError,
+  type TransactionAbortedError,
+  type UnparsedRequestBodyError,
 } from './idempotency.errors.js';
 export { WebhookSignatureError, type SignatureFailure } from './guards/webhook-signature.error.js';
-export {
-  InvalidSignatureException,
-  MalformedSignatureException,
-  RawBodyUnavailableException,
-  UnreadableBodyException,
-  UnverifiableBodyException,
-} from './guards/signature-exceptions.js';
-export {
-  EventInFlightException,
-  IdempotencyUnavailableException,
-  InvalidIdempotencyKeyException,
-  TransactionAbortedException,
-} from './transports/http/http-exceptions.js';
 export type { IdempotencyRpcError } from './transports/rpc/rpc.transport.js';
+
+// The answers' headers.
 export { REPLAYED_HEADER, STALE_HEADER } from './idempotency.constants.js';
 
-// The claims table: entity and migrations.
+// The claims table: its entities and its migrations, for the default table or one of your own.
 export {
-  IDEMPOTENCY_ENTITIES,
   idempotencyEntities,
   ProcessedEvent,
   type ProcessedEventStatus,
 } from './entities/processed-event.entity.js';
 export { ProcessedEventVersion } from './entities/processed-event-version.entity.js';
-export {
-  IDEMPOTENCY_MIGRATIONS,
-  processedEventsMigrations,
-  type MigrationClass,
-} from './migrations/processed-events.migrations.js';
+export { processedEventsMigrations, type MigrationClass } from './migrations/processed-events.migrations.js';
 
-// Operating it: the reporter, claims by hand, the handoff's queues, metrics.
+// The reporter of expired leases, which every app with external-mode handlers runs.
 export { ExpiredLeaseReporter } from './maintenance/expired-lease.reporter.js';
-export { IdempotencyClaims } from './operator/idempotency-claims.service.js';
-export { HandoffQueues } from './transports/queue/handoff-queues.service.js';
-export { IdempotencyMetrics } from './idempotency.metrics.js';
-export { IdempotencyConsoleModule } from './console/idempotency-console.module.js';
-export type { IdempotencyConsoleOptions } from './console/console-options.js';
-export { IDEMPOTENCY_CHANNELS, type OutcomeChannelMessage } from './observability/outcome-channels.js';
-export type { TelemetryOptions } from './observability/telemetry-options.js';
-export { HandoffMetrics } from './transports/queue/handoff-metrics.js';
-export {
-  IdempotencyHealthIndicator,
-  type IdempotencyHealthDetails,
-  type IdempotencyHealthOptions,
-  type IdempotencyHealthResult,
-  type QueueHealth,
-} from './health/idempotency-health.indicator.js';
 export type {
   AbandonedClaim,
-  ClaimListOptions,
-  ClaimListStatus,
-  ClaimOutcome,
-  ClaimOutcomeEvent,
-  ClaimRecord,
-  ClaimRefusal,
-  ClaimRefusalReason,
-  ClaimState,
-  DeadLetteredJob,
   ExpiredLease,
-  ForgetClaimResult,
-  JobOutcome,
   PoisonEvent,
-  QueueStats,
-  ReleaseClaimResult,
   ReporterRunOptions,
   ReporterRunResult,
-  RetryDeadLetterResult,
 } from './interfaces/index.js';

@@ -10,7 +10,7 @@ import {
 } from '@nestjs/common';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import {
-  IDEMPOTENCY_ENTITIES,
+  idempotencyEntities,
   IdempotencyContext,
   IdempotencyModule,
   IdempotentWebhook,
@@ -113,7 +113,7 @@ export class HandoffBenchModule {
         TypeOrmModule.forRoot({
           type: 'postgres',
           url: settings.databaseUrl,
-          entities: [...IDEMPOTENCY_ENTITIES],
+          entities: [...idempotencyEntities()],
           extra: { max: settings.poolSize },
           retryAttempts: 0,
         }),

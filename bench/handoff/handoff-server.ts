@@ -7,7 +7,7 @@
 import 'reflect-metadata';
 import type { INestApplicationContext } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
-import { HandoffMetrics } from '../../lib/index.js';
+import { HandoffMetrics } from '../../lib/observability/index.js';
 import { BENCH_QUEUE, HandoffBenchModule } from './handoff-bench.module.js';
 
 const role = process.env.BENCH_ROLE === 'worker' ? 'worker' : 'web';

@@ -2,7 +2,7 @@ import { Module, type DynamicModule } from '@nestjs/common';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import type pg from 'pg';
 import { DataSource } from 'typeorm';
-import { IDEMPOTENCY_ENTITIES, IdempotencyModule } from '../../lib/index.js';
+import { idempotencyEntities, IdempotencyModule } from '../../lib/index.js';
 import { BENCH_POOL, BenchController } from './bench.controller.js';
 
 /** How the bench server is configured; the same for every variant. */
@@ -26,7 +26,7 @@ export class BenchModule {
         TypeOrmModule.forRoot({
           type: 'postgres',
           url: settings.databaseUrl,
-          entities: [...IDEMPOTENCY_ENTITIES],
+          entities: [...idempotencyEntities()],
           extra: { max: settings.poolSize },
           retryAttempts: 0,
         }),

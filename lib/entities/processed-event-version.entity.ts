@@ -15,8 +15,8 @@ const DEFAULT = versionTable(claimTable(undefined));
 
 /**
  * The newest version the ordering guard applied per (scope, entity) (`@IdempotentWebhook({ order })`,
- * docs/ordering.md). Registered with the claims entity in `IDEMPOTENCY_ENTITIES`, created by
- * `IDEMPOTENCY_MIGRATIONS`; its constraint and index names are the migration's, so `synchronize`
+ * docs/ordering.md). Registered with the claims entity by `idempotencyEntities()`, created by
+ * `processedEventsMigrations()`; its constraint and index names are the migration's, so `synchronize`
  * and `migration:generate` find nothing to change on a migrated table.
  */
 @Entity({ name: DEFAULT.name })

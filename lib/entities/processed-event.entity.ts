@@ -38,10 +38,10 @@ const STATUS_CHECK = `status IN ('in_progress', 'done', 'failed')`;
 const NAMES = claimTableNames(claimTable(undefined));
 
 /**
- * One claimed event per (scope, key). Register it with TypeORM through `IDEMPOTENCY_ENTITIES`,
- * and create the table with `IDEMPOTENCY_MIGRATIONS` (or `synchronize` in development).
+ * One claimed event per (scope, key). Register it with TypeORM through `idempotencyEntities()`,
+ * and create the table with `processedEventsMigrations()` (or `synchronize` in development).
  * Constraint and index names are the migration's, so `synchronize` and `migration:generate` find
- * nothing to change on a migrated table. For a table elsewhere, see `idempotencyEntities()`.
+ * nothing to change on a migrated table. A table elsewhere has an entity schema of its own.
  */
 @Entity({ name: DEFAULT_TABLE })
 @Check(NAMES.statusCheck, STATUS_CHECK)
@@ -95,16 +95,16 @@ export class ProcessedEvent {
   response!: StoredResponse | null;
 }
 
-/**
- * Entities to add to your TypeORM configuration: `entities: [...yours, ...IDEMPOTENCY_ENTITIES]`.
- * The claims and the ordering guard's versions (ProcessedEventVersion).
- */
-export const IDEMPOTENCY_ENTITIES = [ProcessedEvent, ProcessedEventVersion];
+/** The entities of the default table: the claims and the ordering guard's versions. */
+const DEFAULT_ENTITIES = [ProcessedEvent, ProcessedEventVersion];
 
 /**
- * The entity of a claims table elsewhere (the module's `schema` and `table` options), with the
- * same columns and the constraint and index names its migrations (`processedEventsMigrations()`)
- * create. With no options, IDEMPOTENCY_ENTITIES itself.
+ * The entities to add to your TypeORM configuration: `entities: [...yours, ...idempotencyEntities()]`,
+ * the claims and the ordering guard's versions. The one name for them: a claims table elsewhere
+ * (the module's `schema` and `table` options, given here too) needs entity schemas made for it,
+ * with the same columns and the constraint and index names its migrations
+ * (`processedEventsMigrations()`) create.
+ * @default the default table's: ProcessedEvent and ProcessedEventVersion
  */
 export function idempotencyEntities(
   options: { schema?: string; table?: string } = {},
@@ -115,7 +115,7 @@ export function idempotencyEntities(
   | EntitySchema<ProcessedEventVersion>
 )[] {
   if (options.schema === undefined && (options.table ?? DEFAULT_TABLE) === DEFAULT_TABLE)
-    return IDEMPOTENCY_ENTITIES;
+    return [...DEFAULT_ENTITIES];
   const table = claimTable(options.schema, options.table);
   return [processedEventSchema(table), processedEventVersionSchema(table)];
 }

@@ -1,5 +1,5 @@
 import { rawBodySetting } from './raw-body-detector.js';
-import { RawBodyUnavailableException, UnverifiableBodyException } from './signature-exceptions.js';
+import { WebhookSignatureError } from './webhook-signature.error.js';
 
 export const rawBodyNotKept = (header: string, contentType: string | undefined) =>
   `Cannot verify ${header}: the request has no raw body to check (Content-Type ${contentType ?? 'none'}); Nest keeps the raw bytes of application/json and application/x-www-form-urlencoded bodies only`;
@@ -30,10 +30,11 @@ export function readRawBody(request: SignedRequest, header: string, adapter: obj
   if (Buffer.isBuffer(raw)) return raw;
   if (rawBodySetting(adapter) === 'enabled') {
     const contentType = request.headers['content-type'];
-    throw new UnverifiableBodyException(
-      rawBodyNotKept(header, Array.isArray(contentType) ? contentType.join(', ') : contentType),
+    throw new WebhookSignatureError(
+      'unverifiable',
       header,
+      rawBodyNotKept(header, Array.isArray(contentType) ? contentType.join(', ') : contentType),
     );
   }
-  throw new RawBodyUnavailableException(rawBodyDisabled(header), header);
+  throw new WebhookSignatureError('no_raw_body', header, rawBodyDisabled(header));
 }

@@ -5,7 +5,7 @@ import { createClaimTableSql, dropClaimTableSql } from '../postgres/schema.sql.j
 /**
  * Creates `processed_events` for apps that run migrations instead of `synchronize`. Safe to run
  * on a database that already has the table. Register all of the library's migrations at once:
- * `migrations: [...IDEMPOTENCY_MIGRATIONS, ...yours]`.
+ * `migrations: [...processedEventsMigrations(), ...yours]`.
  */
 export class CreateProcessedEvents1764547200000 implements MigrationInterface {
   name = 'CreateProcessedEvents1764547200000';

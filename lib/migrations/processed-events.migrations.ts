@@ -20,11 +20,8 @@ import { CreateEventVersions1765670400000 } from './1765670400000-create-event-v
 /** A migration class, as TypeORM's `migrations` option takes it. */
 export type MigrationClass = new () => MigrationInterface;
 
-/**
- * Every migration of the default table, in order: `migrations: [...IDEMPOTENCY_MIGRATIONS, ...yours]`.
- * A release that changes the table adds one here.
- */
-export const IDEMPOTENCY_MIGRATIONS: MigrationClass[] = [
+/** Every migration of the default table, in order. A release that changes the table adds one here. */
+const DEFAULT_MIGRATIONS: MigrationClass[] = [
   CreateProcessedEvents1764547200000,
   AddUnfinishedClaimsIndex1764892800000,
   AddFailedClaimsIndex1765238400000,
@@ -35,15 +32,17 @@ export const IDEMPOTENCY_MIGRATIONS: MigrationClass[] = [
 ];
 
 /**
- * The migrations for a claims table of your own (the module's `schema` and `table` options): the
- * same steps as IDEMPOTENCY_MIGRATIONS, named after the table so TypeORM records them apart.
- * With no options, IDEMPOTENCY_MIGRATIONS itself.
+ * The library's migrations, in order: `migrations: [...processedEventsMigrations(), ...yours]`.
+ * The one name for them: a claims table of your own (the module's `schema` and `table` options,
+ * given here too) gets the same steps named after the table, so TypeORM records them apart, and
+ * only a function can make those.
+ * @default the default table's (CreateProcessedEvents1764547200000, ...)
  */
 export function processedEventsMigrations(
   options: { schema?: string; table?: string } = {},
 ): MigrationClass[] {
   if (options.schema === undefined && (options.table ?? DEFAULT_TABLE) === DEFAULT_TABLE)
-    return IDEMPOTENCY_MIGRATIONS;
+    return [...DEFAULT_MIGRATIONS];
   const table = claimTable(options.schema, options.table);
   const tag = pascal(`${table.schema ?? ''} ${table.name}`);
   return [

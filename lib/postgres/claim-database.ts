@@ -17,23 +17,23 @@ import { StatementExecutor } from './statement-executor.js';
 import { assertTypeOrmInternals, listenForEarlyErrors } from './typeorm-internals.js';
 
 const claimTableMissing = (table: string) =>
-  `IdempotencyModule cannot start: the claims table ${table} does not exist. Run the library's migrations (migrations: [...IDEMPOTENCY_MIGRATIONS], or processedEventsMigrations({ schema, table }) for a table of your own), or check the schema and table options`;
+  `IdempotencyModule cannot start: the claims table ${table} does not exist. Run the library's migrations (migrations: [...processedEventsMigrations()], or processedEventsMigrations({ schema, table }) for a table of your own), or check the schema and table options`;
 
 const claimTableMismatch = (table: string, problems: string[]) =>
   `IdempotencyModule cannot start: the claims table ${table} is not the one its migrations create (${problems.join('; ')}). Run the library's migrations, or point the schema and table options at the right table`;
 
 const unfinishedIndexMissing = (table: string) =>
-  `The claims table ${table} has no index on unfinished claims: the reporter's poison query reads the whole table. Run the library's migrations (IDEMPOTENCY_MIGRATIONS adds it)`;
+  `The claims table ${table} has no index on unfinished claims: the reporter's poison query reads the whole table. Run the library's migrations (processedEventsMigrations() adds it)`;
 
 const failedIndexMissing = (table: string) =>
-  `The claims table ${table} has no index on failed claims: retention walks every unfinished claim to find the old failed ones. Run the library's migrations (IDEMPOTENCY_MIGRATIONS adds it)`;
+  `The claims table ${table} has no index on failed claims: retention walks every unfinished claim to find the old failed ones. Run the library's migrations (processedEventsMigrations() adds it)`;
 
 const storedColumnsMissing = (table: string) =>
-  `The claims table ${table} has no fingerprint and response columns: the key checks of @IdempotentWebhook (key_conflict) and the stored replies of @MessagePattern are off, and @IdempotentRequest routes cannot start. Run the library's migrations (IDEMPOTENCY_MIGRATIONS adds them: AddStoredResponses1765584000000)`;
+  `The claims table ${table} has no fingerprint and response columns: the key checks of @IdempotentWebhook (key_conflict) and the stored replies of @MessagePattern are off, and @IdempotentRequest routes cannot start. Run the library's migrations (processedEventsMigrations() adds them: AddStoredResponses1765584000000)`;
 
 /** Refused at boot: a request-mode route needs the stored responses. */
 export const storedColumnsRequired = (table: string, routes: readonly string[]) =>
-  `IdempotencyModule cannot start: ${routes.join(', ')} ${routes.length === 1 ? 'stores its responses' : 'store their responses'} in the claims table ${table}, which has no fingerprint and response columns. Run the library's migrations (IDEMPOTENCY_MIGRATIONS, or processedEventsMigrations({ schema, table }), adds them: AddStoredResponses1765584000000)`;
+  `IdempotencyModule cannot start: ${routes.join(', ')} ${routes.length === 1 ? 'stores its responses' : 'store their responses'} in the claims table ${table}, which has no fingerprint and response columns. Run the library's migrations (processedEventsMigrations(), or processedEventsMigrations({ schema, table }), adds them: AddStoredResponses1765584000000)`;
 
 /** The columns of key checks and stored responses (migration 1765584000000), and their types. */
 const STORED_COLUMNS: Record<string, string> = { fingerprint: 'text', response: 'jsonb' };

@@ -2,7 +2,7 @@ import type { DataSource } from 'typeorm';
 import type { VersionTable } from './version-table.js';
 
 const versionTableMissing = (table: string, handlers: string[]) =>
-  `IdempotencyModule cannot start: ${handlers.join(', ')} ${handlers.length === 1 ? 'has' : 'have'} an ordering guard (order), but its versions table ${table} does not exist. Run the library's migrations (IDEMPOTENCY_MIGRATIONS, or processedEventsMigrations({ schema, table }) for a table of your own, adds it), or check the schema and table options`;
+  `IdempotencyModule cannot start: ${handlers.join(', ')} ${handlers.length === 1 ? 'has' : 'have'} an ordering guard (order), but its versions table ${table} does not exist. Run the library's migrations (processedEventsMigrations(), or processedEventsMigrations({ schema, table }) for a table of your own, adds it), or check the schema and table options`;
 
 const versionTableMismatch = (table: string, problems: string[]) =>
   `IdempotencyModule cannot start: the versions table ${table} is not the one its migration creates (${problems.join('; ')}). Run the library's migrations, or point the schema and table options at the right table`;

@@ -1,7 +1,7 @@
 import { Module, type DynamicModule } from '@nestjs/common';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { DataSource } from 'typeorm';
-import { IDEMPOTENCY_ENTITIES, IDEMPOTENCY_MIGRATIONS } from '../idempotency.js';
+import { idempotencyEntities, processedEventsMigrations } from '../idempotency.js';
 import { Invoice } from '../stripe/entities/invoice.entity.js';
 import { Order } from '../stripe/entities/order.entity.js';
 import { Refund } from '../refunds/refund.entity.js';
@@ -30,9 +30,9 @@ export class DatabaseModule {
             url,
             applicationName: DATABASE_APPLICATION_NAME,
             // The library's entity is registered explicitly, next to the app's own.
-            entities: [Order, Invoice, Refund, Subscription, ...IDEMPOTENCY_ENTITIES],
+            entities: [Order, Invoice, Refund, Subscription, ...idempotencyEntities()],
             migrations: [
-              ...IDEMPOTENCY_MIGRATIONS,
+              ...processedEventsMigrations(),
               CreateOrdersAndInvoices1764633600000,
               CreateRefunds1765584000001,
               CreateSubscriptions1765756800000,

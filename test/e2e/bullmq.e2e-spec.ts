@@ -3,7 +3,8 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/glob
 import { Test, type TestingModule } from '@nestjs/testing';
 import { Queue, type Job, type JobsOptions } from 'bullmq';
 import { DataSource } from 'typeorm';
-import { EventInFlightError, IdempotencyMetrics } from '../../lib/index.js';
+import { EventInFlightError } from '../../lib/errors/index.js';
+import { IdempotencyMetrics } from '../../lib/observability/index.js';
 import { expireLease } from '../../lib/testing/index.js';
 import {
   BullWorkerFixtureModule,

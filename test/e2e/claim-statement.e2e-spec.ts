@@ -1,7 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { DataSource } from 'typeorm';
 import request from 'supertest';
-import { IdempotencyMetrics, type IdempotencyModuleOptions } from '../../lib/index.js';
+import type { IdempotencyModuleOptions } from '../../lib/index.js';
+import { IdempotencyMetrics } from '../../lib/observability/index.js';
 import { onAdapter, type RunningApp } from '../support/app.js';
 import {
   BY_ID_SCOPE,

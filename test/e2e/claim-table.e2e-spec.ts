@@ -47,7 +47,7 @@ describe('the claims table is checked at start-up', () => {
   it('fails the boot, naming the table and the migrations, when the table does not exist', async () => {
     const error = await bootError({ databaseUrl: db.url, idempotency: { table: 'not_migrated' } });
     expect(error.message).toBe(
-      'IdempotencyModule cannot start: the claims table "not_migrated" does not exist. Run the library\'s migrations (migrations: [...IDEMPOTENCY_MIGRATIONS], or processedEventsMigrations({ schema, table }) for a table of your own), or check the schema and table options',
+      'IdempotencyModule cannot start: the claims table "not_migrated" does not exist. Run the library\'s migrations (migrations: [...processedEventsMigrations()], or processedEventsMigrations({ schema, table }) for a table of your own), or check the schema and table options',
     );
   });
 
@@ -87,7 +87,7 @@ describe('the claims table is checked at start-up', () => {
       logs.find(
         'warn',
         'The claims table "old_claims" has no index on failed claims',
-        'IDEMPOTENCY_MIGRATIONS',
+        'processedEventsMigrations()',
       ),
     ).toHaveLength(1);
   });

@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
 import { claimTable } from '../../lib/postgres/claim-table.js';
 import { createClaimTableSql } from '../../lib/postgres/schema.sql.js';
-import { IdempotencyClaims } from '../../lib/index.js';
+import { IdempotencyClaims } from '../../lib/operator/index.js';
 import { WebhookFixtureModule } from '../fixtures/webhook-fixture.module.js';
 import { startApp, type RunningApp } from '../support/app.js';
 import { parkRun, runDelivery, type ParkedRun } from '../support/claim-runs.js';

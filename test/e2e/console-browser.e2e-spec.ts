@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import type { Page } from 'playwright-core';
 import request from 'supertest';
-import { HandoffQueues, IdempotencyClaims, IdempotencyConsoleModule } from '../../lib/index.js';
+import { HandoffQueues, IdempotencyClaims, IdempotencyConsoleModule } from '../../lib/operator/index.js';
 import {
   Breakage,
   CONSOLE_QUEUE,

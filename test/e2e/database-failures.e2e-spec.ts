@@ -1,7 +1,8 @@
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from '@jest/globals';
 import type pg from 'pg';
 import request from 'supertest';
-import { IdempotencyMetrics, type ClaimOutcomeEvent } from '../../lib/index.js';
+import type { ClaimOutcomeEvent } from '../../lib/index.js';
+import { IdempotencyMetrics } from '../../lib/observability/index.js';
 import { CLAIM_SQL } from '../support/claim-sql.js';
 import {
   DatabaseFailuresFixtureModule,

@@ -1,7 +1,7 @@
 import diagnosticsChannel from 'node:diagnostics_channel';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
 import request from 'supertest';
-import { IDEMPOTENCY_CHANNELS, type OutcomeChannelMessage } from '../../lib/index.js';
+import { IDEMPOTENCY_CHANNELS, type OutcomeChannelMessage } from '../../lib/observability/index.js';
 import { SHORT_LEASE_MS } from '../fixtures/external.fixture.js';
 import { Gates, WebhookFixtureModule } from '../fixtures/webhook-fixture.module.js';
 import { ADAPTERS, startApp, type RunningApp } from '../support/app.js';

@@ -1,5 +1,7 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
-import { HandoffMetrics, HandoffQueues, type HandoffOptions } from '../../lib/index.js';
+import type { HandoffOptions } from '../../lib/index.js';
+import { HandoffMetrics } from '../../lib/observability/index.js';
+import { HandoffQueues } from '../../lib/operator/index.js';
 import {
   keyEmpty,
   keyHasControl,

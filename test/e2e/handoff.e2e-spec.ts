@@ -4,13 +4,13 @@ import { Test } from '@nestjs/testing';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import {
   ExpiredLeaseReporter,
-  HandoffMetrics,
-  IDEMPOTENCY_ENTITIES,
+  idempotencyEntities,
   IdempotencyModule,
   IdempotentWorker,
-  HandoffQueues,
   type HandoffOptions,
 } from '../../lib/index.js';
+import { HandoffMetrics } from '../../lib/observability/index.js';
+import { HandoffQueues } from '../../lib/operator/index.js';
 import { QueueHandoff } from '../../lib/transports/queue/queue-handoff.js';
 import {
   failedOnPurpose,
@@ -458,7 +458,7 @@ describe('handoff boot checks', () => {
         TypeOrmModule.forRoot({
           type: 'postgres',
           url: db.url,
-          entities: [...IDEMPOTENCY_ENTITIES],
+          entities: [...idempotencyEntities()],
           retryAttempts: 0,
         }),
         IdempotencyModule.forRoot({ prometheus: false, reporter: false, handoff }),

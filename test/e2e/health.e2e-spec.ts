@@ -2,7 +2,8 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/glob
 import { Controller, Get, Module, Query } from '@nestjs/common';
 import { HealthCheck, HealthCheckService, TerminusModule } from '@nestjs/terminus';
 import request from 'supertest';
-import { IdempotencyHealthIndicator, type HandoffOptions } from '../../lib/index.js';
+import type { HandoffOptions } from '../../lib/index.js';
+import { IdempotencyHealthIndicator } from '../../lib/observability/index.js';
 import { HandoffFixtureModule } from '../fixtures/handoff.fixture.js';
 import { ADAPTERS, startApp, type RunningApp } from '../support/app.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';

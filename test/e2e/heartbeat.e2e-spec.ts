@@ -1,6 +1,6 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
 import request from 'supertest';
-import { IdempotencyMetrics } from '../../lib/index.js';
+import { IdempotencyMetrics } from '../../lib/observability/index.js';
 import { ExternalFixtureController, SHORT_LEASE_MS } from '../fixtures/external.fixture.js';
 import { FixtureController, Gates, WebhookFixtureModule } from '../fixtures/webhook-fixture.module.js';
 import { onAdapter, startApp, type RunningApp } from '../support/app.js';

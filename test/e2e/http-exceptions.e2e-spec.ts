@@ -25,11 +25,11 @@ const MODES = [
 ] as const;
 
 /**
- * The exported HTTP exception classes: a user's `@Catch(...)` filter sees each one by `instanceof`,
- * with `retryAfterSeconds` where a retry is asked for and the transport-neutral error as `cause`
- * and `error`; without a filter the answers stay 400 / 409 + Retry-After / 503 + Retry-After.
+ * The error classes of the errors entry, each an HttpException: a user's `@Catch(...)` filter
+ * sees each one by `instanceof`, with `retryAfterSeconds` where a retry is asked for; without a
+ * filter the answers stay 400 / 409 + Retry-After / 503 + Retry-After.
  */
-describe.each(ADAPTERS)('exported HTTP exceptions (%s)', (adapter) => {
+describe.each(ADAPTERS)('the errors as HTTP exceptions (%s)', (adapter) => {
   let server: PostgresServer;
   let db: TestDatabase;
   let running: RunningApp;
@@ -67,7 +67,7 @@ describe.each(ADAPTERS)('exported HTTP exceptions (%s)', (adapter) => {
   const claims = (scope: string) =>
     db.count('SELECT count(*) FROM processed_events WHERE scope = $1', [scope]);
 
-  it('the filter sees InvalidIdempotencyKeyException (400) with the neutral error as cause; nothing is written', async () => {
+  it('the filter sees InvalidIdempotencyKeyError (400) nothing is written', async () => {
     for (const { route, method } of MODES) {
       const scope = `FilteredController.${method}`;
       for (const body of [{ id: 42 }, {}]) {
@@ -77,11 +77,10 @@ describe.each(ADAPTERS)('exported HTTP exceptions (%s)', (adapter) => {
         expect(answer.headers['retry-after']).toBeUndefined();
         expect(answer.body).toEqual({
           filter: 'IdempotencyExceptionFilter',
-          exception: 'InvalidIdempotencyKeyException',
+          exception: 'InvalidIdempotencyKeyError',
           isHttpException: true,
           status: 400,
           retryAfterSeconds: null,
-          errorIsItself: true,
           error: {
             class: 'InvalidIdempotencyKeyError',
             code: 'IDEMPOTENCY_INVALID_KEY',
@@ -116,7 +115,7 @@ describe.each(ADAPTERS)('exported HTTP exceptions (%s)', (adapter) => {
     expect(unfiltered.calls).toEqual({ transaction: 0, external: 0 });
   });
 
-  it('the filter sees EventInFlightException (409 + Retry-After) for a duplicate of a parked delivery', async () => {
+  it('the filter sees EventInFlightError (409 + Retry-After) for a duplicate of a parked delivery', async () => {
     for (const { mode, route, method } of MODES) {
       const scope = `FilteredController.${method}`;
       const id = `evt_filtered_${mode}`;
@@ -129,11 +128,10 @@ describe.each(ADAPTERS)('exported HTTP exceptions (%s)', (adapter) => {
       expect(duplicate.headers['retry-after']).toBe(String(RETRY_AFTER));
       expect(duplicate.body).toEqual({
         filter: 'IdempotencyExceptionFilter',
-        exception: 'EventInFlightException',
+        exception: 'EventInFlightError',
         isHttpException: true,
         status: 409,
         retryAfterSeconds: RETRY_AFTER,
-        errorIsItself: true,
         error: {
           class: 'EventInFlightError',
           code: 'IDEMPOTENCY_IN_FLIGHT',
@@ -184,7 +182,7 @@ describe.each(ADAPTERS)('exported HTTP exceptions (%s)', (adapter) => {
     expect(filtered.calls.transaction).toBe(2);
   });
 
-  it('with the database stopped: the filter sees IdempotencyUnavailableException (503 + Retry-After); by default a plain 503', async () => {
+  it('with the database stopped: the filter sees IdempotencyUnavailableError (503 + Retry-After); by default a plain 503', async () => {
     const before = { filtered: { ...filtered.calls }, unfiltered: { ...unfiltered.calls } };
     await server.stop();
 
@@ -196,11 +194,10 @@ describe.each(ADAPTERS)('exported HTTP exceptions (%s)', (adapter) => {
       expect(answer.headers['retry-after']).toBe(String(RETRY_AFTER));
       expect(answer.body).toEqual({
         filter: 'IdempotencyExceptionFilter',
-        exception: 'IdempotencyUnavailableException',
+        exception: 'IdempotencyUnavailableError',
         isHttpException: true,
         status: 503,
         retryAfterSeconds: RETRY_AFTER,
-        errorIsItself: true,
         error: {
           class: 'IdempotencyUnavailableError',
           code: 'IDEMPOTENCY_UNAVAILABLE',

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from '@jest/globals';
 import request from 'supertest';
-import { IdempotencyMetrics } from '../../lib/index.js';
+import { IdempotencyMetrics } from '../../lib/observability/index.js';
 import { KeyChecksFixtureController, type ChargeEvent } from '../fixtures/key-checks.fixture.js';
 import { WebhookFixtureModule } from '../fixtures/webhook-fixture.module.js';
 import { ADAPTERS, startApp, type RunningApp } from '../support/app.js';

@@ -1,15 +1,17 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
 import request from 'supertest';
 import {
-  EventInFlightError,
   IdempotencyContext,
-  IdempotencyMetrics,
   IdempotencyService,
-  IdempotencyUnavailableError,
-  InvalidIdempotencyKeyError,
   type IdempotentDelivery,
   type IdempotentRunOptions,
 } from '../../lib/index.js';
+import {
+  EventInFlightError,
+  IdempotencyUnavailableError,
+  InvalidIdempotencyKeyError,
+} from '../../lib/errors/index.js';
+import { IdempotencyMetrics } from '../../lib/observability/index.js';
 import { Gates, WebhookFixtureModule } from '../fixtures/webhook-fixture.module.js';
 import { startApp, type RunningApp } from '../support/app.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';

@@ -4,12 +4,12 @@ import { SchedulerRegistry } from '@nestjs/schedule';
 import { Test, type TestingModule } from '@nestjs/testing';
 import {
   IdempotencyContext,
-  IdempotencyMetrics,
   Idempotent,
-  InvalidIdempotencyKeyError,
   type ClaimOutcome,
   type ClaimOutcomeEvent,
 } from '../../lib/index.js';
+import { InvalidIdempotencyKeyError } from '../../lib/errors/index.js';
+import { IdempotencyMetrics } from '../../lib/observability/index.js';
 import { IDEMPOTENT_METHOD_METADATA } from '../../lib/idempotency.constants.js';
 import { calls } from '../fixtures/decorators.fixture.js';
 import {

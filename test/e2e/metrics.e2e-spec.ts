@@ -1,12 +1,8 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
 import { Registry } from 'prom-client';
 import request from 'supertest';
-import {
-  ExpiredLeaseReporter,
-  IdempotencyMetrics,
-  type ClaimOutcome,
-  type ClaimOutcomeEvent,
-} from '../../lib/index.js';
+import { ExpiredLeaseReporter, type ClaimOutcome, type ClaimOutcomeEvent } from '../../lib/index.js';
+import { IdempotencyMetrics } from '../../lib/observability/index.js';
 import { REPORTER_SCOPE } from '../../lib/idempotency.constants.js';
 import { SHORT_LEASE_MS } from '../fixtures/external.fixture.js';
 import { Gates, WebhookFixtureModule } from '../fixtures/webhook-fixture.module.js';

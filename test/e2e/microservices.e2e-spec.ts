@@ -1,6 +1,7 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
 import { lastValueFrom, timeout } from 'rxjs';
-import { IdempotencyMetrics, type ClaimOutcome, type ClaimOutcomeEvent } from '../../lib/index.js';
+import type { ClaimOutcome, ClaimOutcomeEvent } from '../../lib/index.js';
+import { IdempotencyMetrics } from '../../lib/observability/index.js';
 import { MicroserviceFixtureController, MICROSERVICE_PATTERNS } from '../fixtures/microservice.fixture.js';
 import { Gates } from '../fixtures/webhook-fixture.module.js';
 import { createTestDatabase, openTransactions, type TestDatabase } from '../support/database.js';

@@ -1,7 +1,8 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
 import request from 'supertest';
 import { DataSource } from 'typeorm';
-import { IdempotencyMetrics, type ClaimOutcome } from '../../lib/index.js';
+import type { ClaimOutcome } from '../../lib/index.js';
+import { IdempotencyMetrics } from '../../lib/observability/index.js';
 import { expireLease } from '../../lib/testing/index.js';
 import {
   captureRelease,

@@ -1,13 +1,10 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
 import request from 'supertest';
 import { DataSource } from 'typeorm';
+import * as errorsEntry from '../../lib/errors/index.js';
 import * as publicApi from '../../lib/index.js';
-import {
-  IdempotencyMetrics,
-  IdempotencyService,
-  type ClaimOutcome,
-  type IdempotentDelivery,
-} from '../../lib/index.js';
+import { IdempotencyService, type ClaimOutcome, type IdempotentDelivery } from '../../lib/index.js';
+import { IdempotencyMetrics } from '../../lib/observability/index.js';
 import * as errors from '../../lib/idempotency.errors.js';
 import { expireLease } from '../../lib/testing/index.js';
 import {
@@ -783,9 +780,9 @@ describe.each(onAdapter('fastify'))('jobs enqueued by a claim inside a delivery 
 });
 
 describe('the propagation API', () => {
-  it('is exported from the package entry point: Propagation, PropagationError, isIdempotencyError', () => {
+  it('is exported from the package entry points: Propagation and isIdempotencyError, PropagationError on /errors', () => {
     const exported = publicApi as Record<string, unknown>;
-    expect(exported.PropagationError).toBe(PropagationError);
+    expect(errorsEntry.PropagationError).toBe(PropagationError);
     expect(exported.Propagation).toEqual({
       Required: 'required',
       RequiresNew: 'requiresNew',

@@ -2,14 +2,9 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/glob
 import request from 'supertest';
 import { DataSource } from 'typeorm';
 import { REPORTER_SCOPE } from '../../lib/idempotency.constants.js';
-import {
-  ExpiredLeaseReporter,
-  IdempotencyClaims,
-  IdempotencyMetrics,
-  type ClaimListOptions,
-  type ClaimOutcomeEvent,
-  type ClaimRecord,
-} from '../../lib/index.js';
+import { ExpiredLeaseReporter, type ClaimOutcomeEvent } from '../../lib/index.js';
+import { IdempotencyMetrics } from '../../lib/observability/index.js';
+import { IdempotencyClaims, type ClaimListOptions, type ClaimRecord } from '../../lib/operator/index.js';
 import { expireLease } from '../../lib/testing/index.js';
 import { Gates, WebhookFixtureModule } from '../fixtures/webhook-fixture.module.js';
 import { startApp, type RunningApp } from '../support/app.js';

@@ -6,7 +6,7 @@ import { Test } from '@nestjs/testing';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { lastValueFrom } from 'rxjs';
 import {
-  IDEMPOTENCY_ENTITIES,
+  idempotencyEntities,
   IdempotencyContext,
   IdempotencyModule,
   IdempotentWebhook,
@@ -69,7 +69,7 @@ describe('ordering guard over microservices (tcp)', () => {
         TypeOrmModule.forRoot({
           type: 'postgres',
           url: db.url,
-          entities: [...IDEMPOTENCY_ENTITIES],
+          entities: [...idempotencyEntities()],
           retryAttempts: 0,
         }),
         IdempotencyModule.forRoot({ prometheus: false, reporter: false }),

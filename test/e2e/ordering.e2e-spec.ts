@@ -3,7 +3,8 @@ import type { PoolClient } from 'pg';
 import { Test } from '@nestjs/testing';
 import request from 'supertest';
 import { DataSource } from 'typeorm';
-import { ExpiredLeaseReporter, IdempotencyMetrics } from '../../lib/index.js';
+import { ExpiredLeaseReporter } from '../../lib/index.js';
+import { IdempotencyMetrics } from '../../lib/observability/index.js';
 import { ClaimDatabase } from '../../lib/postgres/claim-database.js';
 import { pgPoolOf } from '../../lib/postgres/typeorm-internals.js';
 import {

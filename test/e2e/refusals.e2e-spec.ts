@@ -1,7 +1,8 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
 import request from 'supertest';
 import { DataSource } from 'typeorm';
-import { ExpiredLeaseReporter, IdempotencyMetrics } from '../../lib/index.js';
+import { ExpiredLeaseReporter } from '../../lib/index.js';
+import { IdempotencyMetrics } from '../../lib/observability/index.js';
 import { expireLease } from '../../lib/testing/index.js';
 import { RefusalsController, refusedOnPurpose } from '../fixtures/refusals.fixture.js';
 import { Gates, WebhookFixtureModule } from '../fixtures/webhook-fixture.module.js';

@@ -4,12 +4,8 @@ import request from 'supertest';
 import { DataSource } from 'typeorm';
 import { maintenanceSql } from '../support/claim-sql.js';
 import { REPORTER_JOB_NAME, REPORTER_SCOPE } from '../../lib/idempotency.constants.js';
-import {
-  ExpiredLeaseReporter,
-  IdempotencyMetrics,
-  type ExpiredLease,
-  type IdempotencyModuleOptions,
-} from '../../lib/index.js';
+import { ExpiredLeaseReporter, type ExpiredLease, type IdempotencyModuleOptions } from '../../lib/index.js';
+import { IdempotencyMetrics } from '../../lib/observability/index.js';
 import { WebhookFixtureModule } from '../fixtures/webhook-fixture.module.js';
 import { onAdapter, startApp, type AdapterName, type RunningApp } from '../support/app.js';
 import { startChildApp } from '../support/child-app.js';

@@ -1,7 +1,8 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
 import { lastValueFrom, timeout } from 'rxjs';
 import request from 'supertest';
-import { EventInFlightError, IdempotencyService } from '../../lib/index.js';
+import { IdempotencyService } from '../../lib/index.js';
+import { EventInFlightError } from '../../lib/errors/index.js';
 import { MICROSERVICE_PATTERNS } from '../fixtures/microservice.fixture.js';
 import { RetryAfterController, SHORT_LEASE_MS, type PacedEvent } from '../fixtures/retry-after.fixture.js';
 import { Gates, WebhookFixtureModule } from '../fixtures/webhook-fixture.module.js';

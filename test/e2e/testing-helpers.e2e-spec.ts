@@ -2,7 +2,9 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/glob
 import { lastValueFrom } from 'rxjs';
 import request from 'supertest';
 import { DataSource } from 'typeorm';
-import { IdempotencyContext, IdempotencyMetrics, IdempotencyUnavailableError } from '../../lib/index.js';
+import { IdempotencyContext } from '../../lib/index.js';
+import { IdempotencyUnavailableError } from '../../lib/errors/index.js';
+import { IdempotencyMetrics } from '../../lib/observability/index.js';
 import {
   crashBeforeCommit,
   deliveryOutcome,

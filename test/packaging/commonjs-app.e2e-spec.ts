@@ -14,6 +14,8 @@ import { runReadmeCommands } from '../support/readme-app.js';
 /** npm install from the registry; a cold cache takes longest (later runs reuse .data/npm-cache). */
 const INSTALL_TIMEOUT_MS = 360_000;
 const RUN_TIMEOUT_MS = 120_000;
+/** The package's entry points after its name: the root, then each subpath (package.json exports). */
+const ENTRIES = ['', '/errors', '/operator', '/observability', '/testing'];
 
 /** The version of `name` installed in the app. */
 async function installedVersion(app: PackedApp, name: string): Promise<string> {
@@ -47,20 +49,21 @@ describe('the packed library in a CommonJS Nest 11 app', () => {
   });
 
   it(
-    'resolves both entry points to the CommonJS build',
+    'resolves every entry point to the CommonJS build, and requires each in the app',
     async () => {
-      const script = `console.log(JSON.stringify(['nest-idempotent-webhooks', 'nest-idempotent-webhooks/testing'].map((id) => require.resolve(id))))`;
-      const resolved = JSON.parse(await app.run('node', ['-e', script])) as string[];
-      expect(resolved).toEqual([
-        `${app.dir}/node_modules/nest-idempotent-webhooks/dist/cjs/index.js`,
-        `${app.dir}/node_modules/nest-idempotent-webhooks/dist/cjs/testing/index.js`,
-      ]);
+      const ids = ENTRIES.map((entry) => `nest-idempotent-webhooks${entry}`);
+      const script = `require('reflect-metadata'); console.log(JSON.stringify(${JSON.stringify(ids)}.map((id) => [require.resolve(id), Object.keys(require(id)).length])))`;
+      const resolved = JSON.parse(await app.run('node', ['-e', script])) as [string, number][];
+      expect(resolved.map(([path]) => path)).toEqual(
+        ENTRIES.map((entry) => `${app.dir}/node_modules/nest-idempotent-webhooks/dist/cjs${entry}/index.js`),
+      );
+      for (const [, names] of resolved) expect(names).toBeGreaterThan(0);
     },
     RUN_TIMEOUT_MS,
   );
 
   it(
-    'type-checks against both entry points, with classic "module": "commonjs" and with nodenext',
+    'type-checks against every entry point, with classic "module": "commonjs" and with nodenext',
     async () => {
       await app.run('npx', ['tsc', '-p', 'tsconfig.json', '--noEmit']);
       await app.run('npx', ['tsc', '-p', 'tsconfig.nodenext.json']);
@@ -96,7 +99,7 @@ describe('the packed library in a CommonJS Nest 11 app', () => {
     "passes the app's own `npx jest`: a duplicate delivery has one effect",
     async () => {
       const output = await app.run('npx', ['jest'], { DATABASE_URL: db.url });
-      expect(output).toMatch(/Tests:\s+3 passed, 3 total/);
+      expect(output).toMatch(/Tests:\s+4 passed, 4 total/);
 
       const orders = await db.pool.query(`SELECT event_id FROM orders ORDER BY event_id`);
       expect(orders.rows).toEqual([{ event_id: 'evt_cjs_1' }, { event_id: 'evt_cjs_unit' }]);

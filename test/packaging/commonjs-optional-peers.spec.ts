@@ -60,3 +60,54 @@ describe('optional peers in the CommonJS build', () => {
     expect(loaded.missing).toBe('MODULE_NOT_FOUND');
   });
 });
+
+/**
+ * What requiring each entry point of the CommonJS build loads: none of the optional peers (and not
+ * stripe, pg-boss or @nestjs/microservices, which a delivery loads when it needs them), so an app
+ * that installed none of them can require every entry. require.cache holds a module from the moment
+ * it is required, whether through require() or require(esm).
+ */
+describe('the CommonJS entry points', () => {
+  const OPTIONAL_PEERS = [
+    '@nestjs-cls/transactional',
+    '@nestjs/microservices',
+    '@nestjs/schedule',
+    '@nestjs/terminus',
+    '@opentelemetry/api',
+    'nestjs-cls',
+    'pg-boss',
+    'prom-client',
+    'stripe',
+  ];
+  const ENTRIES = [
+    'index.js',
+    'errors/index.js',
+    'operator/index.js',
+    'observability/index.js',
+    'testing/index.js',
+  ];
+
+  it.each(ENTRIES)('%s loads, with none of the optional peers', (entry) => {
+    const seen = JSON.parse(
+      execFileSync(
+        process.execPath,
+        [
+          '-e',
+          `
+          require('reflect-metadata');
+          const exported = require('./dist/cjs/${entry}');
+          const peers = ${JSON.stringify(OPTIONAL_PEERS)};
+          const files = Object.keys(require.cache).map((file) => file.split('/node_modules/').pop());
+          console.log(JSON.stringify({
+            names: Object.keys(exported).filter((name) => name !== '__esModule').length,
+            peers: peers.filter((peer) => files.some((file) => file.startsWith(peer + '/'))),
+          }));
+          `,
+        ],
+        { encoding: 'utf8', env: { ...process.env, NODE_OPTIONS: '' } },
+      ),
+    ) as { names: number; peers: string[] };
+    expect(seen.names).toBeGreaterThan(0);
+    expect(seen.peers).toEqual([]);
+  });
+});

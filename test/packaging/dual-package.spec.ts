@@ -7,6 +7,15 @@ import { describe, expect, it } from '@jest/globals';
  * process, outside Jest's module system, with this repository's Nest 12 (which the CommonJS build
  * loads through require(esm)).
  */
+/** Every entry point of the package (package.json exports), by its file in either build. */
+const ENTRIES = [
+  'index.js',
+  'errors/index.js',
+  'operator/index.js',
+  'observability/index.js',
+  'testing/index.js',
+];
+
 describe('the ESM and CommonJS builds in one process', () => {
   function inNode(script: string): unknown {
     const output = execFileSync(process.execPath, ['--input-type=module', '-e', script], {
@@ -16,7 +25,7 @@ describe('the ESM and CommonJS builds in one process', () => {
     return JSON.parse(output);
   }
 
-  it('export the same names', () => {
+  it('export the same names from every entry point', () => {
     const names = inNode(`
       import { createRequire } from 'node:module';
       const require = createRequire(import.meta.url);
@@ -24,8 +33,9 @@ describe('the ESM and CommonJS builds in one process', () => {
         esm: Object.keys(await import('./dist/lib/' + entry)).sort(),
         cjs: Object.keys(require('./dist/cjs/' + entry)).filter((name) => name !== '__esModule').sort(),
       });
-      console.log(JSON.stringify([await names('index.js'), await names('testing/index.js')]));
+      console.log(JSON.stringify(await Promise.all(${JSON.stringify(ENTRIES)}.map(names))));
     `) as { esm: string[]; cjs: string[] }[];
+    expect(names).toHaveLength(ENTRIES.length);
     for (const { esm, cjs } of names) {
       expect(esm.length).toBeGreaterThan(0);
       expect(cjs).toEqual(esm);
@@ -74,8 +84,8 @@ describe('the ESM and CommonJS builds in one process', () => {
       import { createRequire } from 'node:module';
       import 'reflect-metadata';
       const require = createRequire(import.meta.url);
-      const esm = await import('./dist/lib/index.js');
-      const cjs = require('./dist/cjs/index.js');
+      const esm = await import('./dist/lib/errors/index.js');
+      const cjs = require('./dist/cjs/errors/index.js');
       ${MAKE_ERRORS}
       const builds = { esm, cjs };
       const matrix = {};
@@ -120,11 +130,13 @@ describe('the ESM and CommonJS builds in one process', () => {
       import { createRequire } from 'node:module';
       import 'reflect-metadata';
       const require = createRequire(import.meta.url);
-      const esm = await import('./dist/lib/idempotency.errors.js');
-      const cjs = require('./dist/cjs/idempotency.errors.js');
+      const esm = await import('./dist/lib/index.js');
+      const cjs = require('./dist/cjs/index.js');
+      const esmErrors = await import('./dist/lib/errors/index.js');
+      const cjsErrors = require('./dist/cjs/errors/index.js');
       ${MAKE_ERRORS}
       const results = {};
-      for (const [madeBy, maker] of Object.entries({ esm, cjs })) {
+      for (const [madeBy, maker] of Object.entries({ esm: esmErrors, cjs: cjsErrors })) {
         for (const [name, error] of Object.entries(make(maker))) {
           for (const [checkedBy, checker] of Object.entries({ esm, cjs })) {
             results[madeBy + ' ' + name + ' / ' + checkedBy] = {
@@ -170,6 +182,47 @@ describe('the ESM and CommonJS builds in one process', () => {
       reason: 'writes "orders"',
     };
     expect(seen).toEqual([write, write]);
+  });
+
+  it("give, on the operator and observability entries, the very classes each build's module provides", () => {
+    const provided = inNode(`
+      import { createRequire } from 'node:module';
+      import 'reflect-metadata';
+      const require = createRequire(import.meta.url);
+      const load = async (build, entry) =>
+        build === 'esm' ? import('./dist/lib/' + entry) : require('./dist/cjs/' + entry);
+      const result = {};
+      for (const build of ['esm', 'cjs']) {
+        const root = await load(build, 'index.js');
+        const exported = Reflect.getMetadata('exports', root.IdempotencyModule);
+        for (const entry of ['operator/index.js', 'observability/index.js']) {
+          const classes = Object.entries(await load(build, entry)).filter(([, value]) => typeof value === 'function');
+          result[build + ' ' + entry] = Object.fromEntries(
+            classes.map(([name, value]) => [
+              name,
+              exported.includes(value) ? 'provided' : typeof value.forRoot === 'function' ? 'a module' : 'neither',
+            ]),
+          );
+        }
+      }
+      console.log(JSON.stringify(result));
+    `);
+    const operator = {
+      HandoffQueues: 'provided',
+      IdempotencyClaims: 'provided',
+      IdempotencyConsoleModule: 'a module',
+    };
+    const observability = {
+      HandoffMetrics: 'provided',
+      IdempotencyHealthIndicator: 'provided',
+      IdempotencyMetrics: 'provided',
+    };
+    expect(provided).toEqual({
+      'esm operator/index.js': operator,
+      'esm observability/index.js': observability,
+      'cjs operator/index.js': operator,
+      'cjs observability/index.js': observability,
+    });
   });
 
   it('export isIdempotencyError from both entry points', () => {

@@ -14,6 +14,8 @@ import { runReadmeCommands } from '../support/readme-app.js';
 /** npm install from the registry; a cold cache takes longest (later runs reuse .data/npm-cache). */
 const INSTALL_TIMEOUT_MS = 360_000;
 const RUN_TIMEOUT_MS = 120_000;
+/** The package's entry points after its name: the root, then each subpath (package.json exports). */
+const ENTRIES = ['', '/errors', '/operator', '/observability', '/testing'];
 
 /** The version of `name` installed in the app. */
 async function installedVersion(app: PackedApp, name: string): Promise<string> {
@@ -46,20 +48,26 @@ describe('the packed library in an ESM Nest 12 app', () => {
   });
 
   it(
-    'resolves both entry points to the ESM build',
+    'resolves every entry point to the ESM build, and imports each in the app',
     async () => {
-      const script = `console.log(JSON.stringify(['nest-idempotent-webhooks', 'nest-idempotent-webhooks/testing'].map((id) => import.meta.resolve(id))))`;
-      const resolved = JSON.parse(await app.run('node', ['--input-type=module', '-e', script])) as string[];
-      expect(resolved).toEqual([
-        `file://${app.dir}/node_modules/nest-idempotent-webhooks/dist/lib/index.js`,
-        `file://${app.dir}/node_modules/nest-idempotent-webhooks/dist/lib/testing/index.js`,
-      ]);
+      const ids = ENTRIES.map((entry) => `nest-idempotent-webhooks${entry}`);
+      const script = `await import('reflect-metadata'); console.log(JSON.stringify(await Promise.all(${JSON.stringify(ids)}.map(async (id) => [import.meta.resolve(id), Object.keys(await import(id)).length]))))`;
+      const resolved = JSON.parse(await app.run('node', ['--input-type=module', '-e', script])) as [
+        string,
+        number,
+      ][];
+      expect(resolved.map(([url]) => url)).toEqual(
+        ENTRIES.map(
+          (entry) => `file://${app.dir}/node_modules/nest-idempotent-webhooks/dist/lib${entry}/index.js`,
+        ),
+      );
+      for (const [, names] of resolved) expect(names).toBeGreaterThan(0);
     },
     RUN_TIMEOUT_MS,
   );
 
   it(
-    'type-checks against both entry points',
+    'type-checks against every entry point',
     async () => {
       await app.run('npx', ['tsc', '-p', 'tsconfig.json', '--noEmit']);
     },
@@ -70,7 +78,7 @@ describe('the packed library in an ESM Nest 12 app', () => {
     "passes the app's own `npx vitest run`: a duplicate delivery has one effect",
     async () => {
       const output = await app.run('npx', ['vitest', 'run'], { DATABASE_URL: db.url });
-      expect(output).toMatch(/Tests\s+4 passed \(4\)/);
+      expect(output).toMatch(/Tests\s+5 passed \(5\)/);
 
       const orders = await db.pool.query(`SELECT event_id FROM orders ORDER BY event_id`);
       expect(orders.rows).toEqual([

@@ -16,7 +16,14 @@ describe('published package', () => {
   const manifest = JSON.parse(readFileSync('package.json', 'utf8'));
   const shipped = (path: string) => path.replace(/^\.\//, '');
 
-  it.each(['.', './testing'])('%s has an import and a require entry, each with its types', (entry) => {
+  /** Every entry point: the root, and the subpaths of what only some apps import. */
+  const ENTRIES = ['.', './errors', './operator', './observability', './testing'];
+
+  it('exports exactly these entry points, and package.json', () => {
+    expect(Object.keys(manifest.exports).sort()).toEqual([...ENTRIES, './package.json'].sort());
+  });
+
+  it.each(ENTRIES)('%s has an import and a require entry, each with its types', (entry) => {
     const conditions = manifest.exports[entry];
     expect(Object.keys(conditions)).toEqual(['import', 'require']);
     expect(conditions.import.default).toMatch(/^\.\/dist\/lib\/.*\.js$/);
@@ -33,10 +40,17 @@ describe('published package', () => {
   it('points main, types and typesVersions (resolvers without exports) at the CommonJS build', () => {
     expect(manifest.main).toBe(manifest.exports['.'].require.default);
     expect(manifest.types).toBe(manifest.exports['.'].require.types);
+    const subpaths = ENTRIES.filter((entry) => entry !== '.');
     expect(manifest.typesVersions).toEqual({
-      '*': { testing: [manifest.exports['./testing'].require.types] },
+      '*': Object.fromEntries(
+        subpaths.map((entry) => [entry.slice(2), [manifest.exports[entry].require.types]]),
+      ),
     });
-    for (const path of [manifest.main, manifest.types, manifest.typesVersions['*'].testing[0]]) {
+    for (const path of [
+      manifest.main,
+      manifest.types,
+      ...subpaths.map((entry) => manifest.exports[entry].require.types),
+    ]) {
       expect(files).toContain(shipped(path));
     }
   });

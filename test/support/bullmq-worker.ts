@@ -1,6 +1,6 @@
 import type { ChildProcess } from 'node:child_process';
 import { resolve } from 'node:path';
-import type { IdempotencyMetrics } from '../../lib/index.js';
+import type { IdempotencyMetrics } from '../../lib/observability/index.js';
 import type { BullWorkerSettings } from '../fixtures/bullmq.fixture.js';
 import { forkGatedChild } from './gated-child.js';
 

@@ -1,6 +1,6 @@
 import { expect } from '@jest/globals';
 import request from 'supertest';
-import { IdempotencyMetrics } from '../../lib/index.js';
+import { IdempotencyMetrics } from '../../lib/observability/index.js';
 import {
   ClaimStatementAppModule,
   ClaimStatementController,

@@ -2,7 +2,7 @@ import type { DynamicModule, Type } from '@nestjs/common';
 import { ScheduleModule } from '@nestjs/schedule';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import type { DataSourceOptions } from 'typeorm';
-import { IDEMPOTENCY_ENTITIES, IdempotencyModule, type IdempotencyModuleOptions } from '../../lib/index.js';
+import { idempotencyEntities, IdempotencyModule, type IdempotencyModuleOptions } from '../../lib/index.js';
 
 /** TypeORM's options of a PostgreSQL DataSource. */
 type PostgresConnectionOptions = Extract<DataSourceOptions, { type: 'postgres' }>;
@@ -21,7 +21,7 @@ export interface FixtureAppSettings {
   dataSource?: Partial<Omit<PostgresConnectionOptions, 'type' | 'url' | 'entities' | 'extra'>> & {
     isolationLevel?: string;
   };
-  /** The DataSource's entities. @default IDEMPOTENCY_ENTITIES */
+  /** The DataSource's entities. @default idempotencyEntities() */
   entities?: NonNullable<PostgresConnectionOptions['entities']>;
   /**
    * IdempotencyModule.forRoot's options, over `{ prometheus: false }` (and `reporter: false`
@@ -59,7 +59,7 @@ export function fixtureApp(settings: FixtureAppSettings): DynamicModule {
       TypeOrmModule.forRoot({
         type: 'postgres',
         url: settings.databaseUrl,
-        entities: settings.entities ?? [...IDEMPOTENCY_ENTITIES],
+        entities: settings.entities ?? [...idempotencyEntities()],
         ...(Object.keys(extra).length > 0 ? { extra } : {}),
         retryAttempts: 0,
         ...settings.dataSource,

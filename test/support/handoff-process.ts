@@ -1,6 +1,6 @@
 import type { ChildProcess } from 'node:child_process';
 import { resolve } from 'node:path';
-import type { HandoffMetrics } from '../../lib/index.js';
+import type { HandoffMetrics } from '../../lib/observability/index.js';
 import type { HandoffSettings } from '../fixtures/handoff.fixture.js';
 import { forkGatedChild } from './gated-child.js';
 

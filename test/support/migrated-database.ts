@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { DataSource } from 'typeorm';
-import { IDEMPOTENCY_MIGRATIONS } from '../../lib/index.js';
+import { processedEventsMigrations } from '../../lib/index.js';
 
 /**
  * Creates a database named `<prefix>_<random>` on the server at `adminUrl`, runs the library's
@@ -17,7 +17,7 @@ export async function createMigratedDatabase(
   const dataSource = new DataSource({
     type: 'postgres',
     url,
-    migrations: IDEMPOTENCY_MIGRATIONS,
+    migrations: processedEventsMigrations(),
   });
   await dataSource.initialize();
   try {

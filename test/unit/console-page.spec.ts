@@ -1,7 +1,7 @@
 import { describe, expect, it } from '@jest/globals';
 import { csrfRefusal, csrfToken, CSRF_COOKIE } from '../../lib/console/console-csrf.js';
 import { renderConfirmPage, renderConsolePage } from '../../lib/console/console-page.renderer.js';
-import type { ClaimRecord } from '../../lib/index.js';
+import type { ClaimRecord } from '../../lib/operator/index.js';
 
 /** A claim whose every text is markup: an event key and an error come from outside. */
 const hostile: ClaimRecord = {

@@ -4,13 +4,13 @@ import { extractEventOrder, resolveEventOrder, type EventOrderSpec } from '../..
 import { IDEMPOTENT_WEBHOOK_METADATA } from '../../lib/idempotency.constants.js';
 import {
   IdempotentWebhook,
-  InvalidEventOrderError,
-  isoTimestampVersion,
   shopifyWebhookOrder,
   standardWebhookOrder,
   stripeEventOrder,
   type EventOrderOptions,
 } from '../../lib/index.js';
+import { InvalidEventOrderError } from '../../lib/errors/index.js';
+import { isoTimestampVersion } from '../../lib/keys/webhook-orders.js';
 
 /** Applies `@IdempotentWebhook(options)` to a fresh class's `handle` and returns its metadata. */
 function decorate(options: Record<string, unknown>): { order?: EventOrderSpec } {

@@ -1,24 +1,15 @@
 import { describe, expect, it } from '@jest/globals';
 import { HttpException } from '@nestjs/common';
+import * as errorsEntry from '../../lib/errors/index.js';
+import * as root from '../../lib/index.js';
+import { IdempotencyError, isIdempotencyError, WebhookSignatureError } from '../../lib/index.js';
 import {
   EventInFlightError,
-  EventInFlightException,
-  IdempotencyError,
   IdempotencyUnavailableError,
-  IdempotencyUnavailableException,
   InvalidIdempotencyKeyError,
-  InvalidIdempotencyKeyException,
-  InvalidSignatureException,
-  isIdempotencyError,
-  MalformedSignatureException,
   PropagationError,
-  RawBodyUnavailableException,
   TransactionAbortedError,
-  TransactionAbortedException,
-  UnreadableBodyException,
-  UnverifiableBodyException,
-  WebhookSignatureError,
-} from '../../lib/index.js';
+} from '../../lib/errors/index.js';
 
 /** One of each error, as the library makes them. */
 const made = {
@@ -32,8 +23,8 @@ const made = {
   stale: new WebhookSignatureError('stale', 'Stripe-Signature', 'too old'),
   malformed: new WebhookSignatureError('malformed', 'Stripe-Signature', 'not t=,v1='),
   body: new WebhookSignatureError('body', 'Stripe-Signature', 'empty'),
-  unverifiable: new UnverifiableBodyException('text/plain is not kept'),
-  noRawBody: new RawBodyUnavailableException('rawBody: true missing'),
+  unverifiable: new WebhookSignatureError('unverifiable', '', 'text/plain is not kept'),
+  noRawBody: new WebhookSignatureError('no_raw_body', '', 'rawBody: true missing'),
 };
 
 describe('the library’s errors: one family on every transport', () => {
@@ -45,8 +36,6 @@ describe('the library’s errors: one family on every transport', () => {
       expect(error).toBeInstanceOf(Error);
       expect(isIdempotencyError(error)).toBe(true);
       expect(isIdempotencyError(error, error.code)).toBe(true);
-      // The old HTTP wrappers' `error` is the error itself now.
-      expect(error.error).toBe(error);
     },
   );
 
@@ -68,11 +57,29 @@ describe('the library’s errors: one family on every transport', () => {
     expect(made[name].getResponse()).toEqual(body);
   });
 
-  it('keeps the old HTTP exception names as the same classes', () => {
-    expect(EventInFlightException).toBe(EventInFlightError);
-    expect(IdempotencyUnavailableException).toBe(IdempotencyUnavailableError);
-    expect(InvalidIdempotencyKeyException).toBe(InvalidIdempotencyKeyError);
-    expect(TransactionAbortedException).toBe(TransactionAbortedError);
+  it('has every class on the errors entry, and on the root the base, the signature error and the check', () => {
+    const classes = Object.entries(errorsEntry).filter(([, value]) => typeof value === 'function');
+    expect(classes.map(([name]) => name).sort()).toEqual([
+      'EventInFlightError',
+      'IdempotencyError',
+      'IdempotencyKeyReusedError',
+      'IdempotencyOwnerUnknownError',
+      'IdempotencyUnavailableError',
+      'InvalidEventOrderError',
+      'InvalidIdempotencyKeyError',
+      'MissingIdempotencyKeyError',
+      'PropagationError',
+      'ResponseNotStoredError',
+      'TransactionAbortedError',
+      'UnparsedRequestBodyError',
+      'WebhookSignatureError',
+      'isIdempotencyError',
+    ]);
+    // The same objects on both entries: a filter may import from either.
+    expect(root.IdempotencyError).toBe(errorsEntry.IdempotencyError);
+    expect(root.WebhookSignatureError).toBe(errorsEntry.WebhookSignatureError);
+    expect(root.isIdempotencyError).toBe(errorsEntry.isIdempotencyError);
+    expect(Object.keys(root)).not.toContain('EventInFlightError');
   });
 
   it('tells the errors apart by code, not by the class that made them', () => {
@@ -81,19 +88,22 @@ describe('the library’s errors: one family on every transport', () => {
     expect(isIdempotencyError(made.inFlight, 'IDEMPOTENCY_UNAVAILABLE')).toBe(false);
     expect(isIdempotencyError(new Error('a handler’s own'))).toBe(false);
     expect(new Error('a handler’s own')).not.toBeInstanceOf(IdempotencyError);
-    // A refusal made by a verifier matches the guard's name for its kind.
-    expect(made.mismatch).toBeInstanceOf(InvalidSignatureException);
-    expect(made.stale).toBeInstanceOf(InvalidSignatureException);
-    expect(made.mismatch).not.toBeInstanceOf(MalformedSignatureException);
-    expect(made.malformed).toBeInstanceOf(MalformedSignatureException);
-    expect(made.body).toBeInstanceOf(UnreadableBodyException);
+    // One signature error, its kind in `code` (and `failure`).
+    expect(
+      [made.mismatch, made.stale, made.malformed, made.body, made.unverifiable, made.noRawBody].map(
+        (error) => error.code,
+      ),
+    ).toEqual([
+      'IDEMPOTENCY_SIGNATURE_INVALID',
+      'IDEMPOTENCY_SIGNATURE_INVALID',
+      'IDEMPOTENCY_SIGNATURE_MALFORMED',
+      'IDEMPOTENCY_BODY_UNREADABLE',
+      'IDEMPOTENCY_BODY_UNVERIFIABLE',
+      'IDEMPOTENCY_RAW_BODY_UNAVAILABLE',
+    ]);
     expect(made.unverifiable).toBeInstanceOf(WebhookSignatureError);
-    expect(made.noRawBody).not.toBeInstanceOf(InvalidSignatureException);
     expect(made.inFlight).not.toBeInstanceOf(WebhookSignatureError);
-    expect(new InvalidSignatureException(made.stale)).toMatchObject({
-      failure: 'stale',
-      header: 'Stripe-Signature',
-    });
+    expect(isIdempotencyError(made.stale, 'IDEMPOTENCY_SIGNATURE_MALFORMED')).toBe(false);
   });
 
   it('narrows to the code’s class, so its own fields are there', () => {
@@ -101,6 +111,10 @@ describe('the library’s errors: one family on every transport', () => {
     if (!isIdempotencyError(caught, 'IDEMPOTENCY_IN_FLIGHT')) throw new Error('not in flight');
     // Compiles only if narrowed to EventInFlightError.
     expect(caught.retryAfterSeconds).toBe(3);
+    const refused: unknown = made.stale;
+    if (!isIdempotencyError(refused, 'IDEMPOTENCY_SIGNATURE_INVALID')) throw new Error('not refused');
+    // Compiles only if narrowed to WebhookSignatureError.
+    expect([refused.failure, refused.header]).toEqual(['stale', 'Stripe-Signature']);
     const any: unknown = made.unavailable;
     if (!isIdempotencyError(any)) throw new Error('not ours');
     expect(any.scope).toBe('Scope.m');

@@ -8,7 +8,7 @@ import {
 } from '@opentelemetry/sdk-trace-base';
 import type { ClaimSpec } from '../../lib/core/claim-strategy.js';
 import { resolveIdempotencyConfig } from '../../lib/idempotency.config.js';
-import { IDEMPOTENCY_CHANNELS } from '../../lib/index.js';
+import { IDEMPOTENCY_CHANNELS } from '../../lib/observability/index.js';
 import { DeliveryTracing } from '../../lib/observability/delivery-tracing.js';
 import { publishOutcome } from '../../lib/observability/outcome-channels.js';
 import {

@@ -6,7 +6,7 @@ import {
   EventInFlightError,
   IdempotencyUnavailableError,
   InvalidIdempotencyKeyError,
-} from '../../lib/index.js';
+} from '../../lib/errors/index.js';
 import {
   crashBeforeCommit,
   deliveryOutcome,

@@ -1,6 +1,6 @@
 import { Module } from '@nestjs/common';
 import { TypeOrmModule } from '@nestjs/typeorm';
-import { IDEMPOTENCY_ENTITIES, IDEMPOTENCY_MIGRATIONS, IdempotencyModule } from '../../../lib/index.js';
+import { idempotencyEntities, IdempotencyModule, processedEventsMigrations } from '../../../lib/index.js';
 import { PaymentsController } from './payments.controller.js';
 
 @Module({
@@ -8,8 +8,8 @@ import { PaymentsController } from './payments.controller.js';
     TypeOrmModule.forRoot({
       type: 'postgres',
       url: process.env.DATABASE_URL,
-      entities: [...IDEMPOTENCY_ENTITIES],
-      migrations: [...IDEMPOTENCY_MIGRATIONS],
+      entities: [...idempotencyEntities()],
+      migrations: [...processedEventsMigrations()],
       migrationsRun: true,
     }),
     IdempotencyModule.forRoot({}),

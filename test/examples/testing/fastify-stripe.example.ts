@@ -6,10 +6,10 @@ import { TypeOrmModule } from '@nestjs/typeorm';
 import type Stripe from 'stripe';
 import { DataSource, type EntityManager } from 'typeorm';
 import {
-  IDEMPOTENCY_ENTITIES,
-  IDEMPOTENCY_MIGRATIONS,
+  idempotencyEntities,
   IdempotencyModule,
   IdempotentWebhook,
+  processedEventsMigrations,
   stripeEventKey,
   WebhookTransaction,
 } from '../../../lib/index.js';
@@ -32,8 +32,8 @@ class StripeController {
     TypeOrmModule.forRoot({
       type: 'postgres',
       url: process.env.DATABASE_URL,
-      entities: [...IDEMPOTENCY_ENTITIES],
-      migrations: [...IDEMPOTENCY_MIGRATIONS],
+      entities: [...idempotencyEntities()],
+      migrations: [...processedEventsMigrations()],
       migrationsRun: true,
     }),
     IdempotencyModule.forRoot({

@@ -1,6 +1,6 @@
 import { Module } from '@nestjs/common';
 import { TypeOrmModule } from '@nestjs/typeorm';
-import { IDEMPOTENCY_ENTITIES, IDEMPOTENCY_MIGRATIONS, IdempotencyModule } from 'nest-idempotent-webhooks';
+import { idempotencyEntities, IdempotencyModule, processedEventsMigrations } from 'nest-idempotent-webhooks';
 import { CreateOrders1764547300000 } from './create-orders.migration';
 import { Order } from './order.entity';
 import { OrdersService } from './orders.service';
@@ -12,8 +12,8 @@ import { WebhookController } from './webhook.controller';
     TypeOrmModule.forRoot({
       type: 'postgres',
       url: process.env.DATABASE_URL,
-      entities: [Order, ...IDEMPOTENCY_ENTITIES],
-      migrations: [...IDEMPOTENCY_MIGRATIONS, CreateOrders1764547300000],
+      entities: [Order, ...idempotencyEntities()],
+      migrations: [...processedEventsMigrations(), CreateOrders1764547300000],
       migrationsRun: true,
     }),
     IdempotencyModule.forRoot({}),

@@ -1,6 +1,9 @@
 import type { INestApplication } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
-import { IdempotencyMetrics, REPLAYED_HEADER } from 'nest-idempotent-webhooks';
+import { IdempotencyService, isIdempotencyError, REPLAYED_HEADER } from 'nest-idempotent-webhooks';
+import { InvalidIdempotencyKeyError } from 'nest-idempotent-webhooks/errors';
+import { IdempotencyHealthIndicator, IdempotencyMetrics } from 'nest-idempotent-webhooks/observability';
+import { IdempotencyClaims } from 'nest-idempotent-webhooks/operator';
 import { runAsWebhookDelivery } from 'nest-idempotent-webhooks/testing';
 import { createRequire } from 'node:module';
 import { register } from 'prom-client';
@@ -50,6 +53,27 @@ describe('the same event delivered twice', () => {
     const count = (outcome: string) =>
       counter.find((value) => value.labels.scope === scope && value.labels.outcome === outcome)?.value;
     expect([count('claimed'), count('replayed')]).toEqual([1, 1]);
+  });
+
+  it('injects what the /operator and /observability entry points export, and raises the classes of /errors', async () => {
+    // The classes of the subpaths are the ones IdempotencyModule provides: Nest finds them by identity.
+    const claim = await app.get(IdempotencyClaims).show('WebhookController.handle', 'evt_esm_1');
+    expect(claim).toMatchObject({ key: 'evt_esm_1', status: 'done', poison: false });
+    const health = await app.get(IdempotencyHealthIndicator).isHealthy();
+    expect(health.idempotency.status).toBe('up');
+
+    const refused: unknown = await app
+      .get(IdempotencyService)
+      .run({ scope: 'Entries.check', key: '' }, () => 'never run')
+      .then(
+        () => undefined,
+        (error: unknown) => error,
+      );
+    expect(refused).toBeInstanceOf(InvalidIdempotencyKeyError);
+    expect(isIdempotencyError(refused, 'IDEMPOTENCY_INVALID_KEY')).toBe(true);
+    expect(await dataSource.query(`SELECT 1 FROM processed_events WHERE scope = 'Entries.check'`)).toEqual(
+      [],
+    );
   });
 
   it('lets a service run as a delivery through the /testing entry point', async () => {
