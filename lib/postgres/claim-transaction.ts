@@ -23,6 +23,7 @@ import {
 import {
   DUPLICATE_PREPARED_STATEMENT,
   errorCode,
+  IN_FAILED_SQL_TRANSACTION,
   INVALID_TEXT_REPRESENTATION,
   isConnectionError,
   isDataError,
@@ -59,8 +60,8 @@ const claimTransactionOver = () =>
   `The claim transaction is over: SQL through the delivery's executor (and IdempotencyContext.enqueue()) must run inside the handler, before it returns`;
 
 /**
- * Postgres answered COMMIT with ROLLBACK: a statement of the transaction had failed (and the
- * handler caught it), so nothing was written.
+ * Postgres answered COMMIT with ROLLBACK, or the statements sent with the COMMIT with 25P02: a
+ * statement of the transaction had failed (and the handler caught it), so nothing was written.
  */
 export class CommitRolledBackError extends Error {
   constructor() {
@@ -1084,8 +1085,8 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
 
   /**
    * The deferred statements' query failed: rolls back what it left, and throws what the failure
-   * means (a prepared-state miss, the claim taken meanwhile, a `mustWrite` statement that wrote
-   * nothing, or the statement's own error).
+   * means (a prepared-state miss, a transaction aborted before the query, the claim taken
+   * meanwhile, a `mustWrite` statement that wrote nothing, or the statement's own error).
    */
   private async deferredFailed(
     client: PoolClient,
@@ -1105,6 +1106,10 @@ export class ClaimTransaction implements TransactionExecutor, ClaimHandle {
       }
       throw new DeferredStatementMissError(code);
     }
+    // A statement of the handler's had failed (and the handler went on): the query's first
+    // statement met the aborted transaction, so none of it ran, its PREPAREs included. That is
+    // the plain COMMIT's ROLLBACK tag (CommitRolledBackError), not a COMMIT that may have run.
+    if (errorCode(error) === IN_FAILED_SQL_TRANSACTION) throw new CommitRolledBackError();
     // PREPARE outlives the transaction's rollback: learn which of this query's ran before the
     // failing statement, so the next delivery on the connection does not PREPARE one again.
     if (preparing.size > 0) await this.relearnPrepared(client, preparing);
