@@ -23,13 +23,11 @@ import type { IdempotencyConfig } from '../interfaces/index.js';
 import { ClaimDatabase } from '../postgres/claim-database.js';
 import { isUsersSubscriber } from '../postgres/outside-write.subscriber.js';
 import { pgPoolOf } from '../postgres/typeorm-internals.js';
-import {
-  ClaimTakenError,
-  ClaimTransaction,
-  type ClaimFound,
-  type ClaimTransactionOptions,
-  type ClaimValues,
-} from '../postgres/claim-transaction.js';
+import type { ClaimValues } from '../postgres/claim-rounds.js';
+import type { ClaimFound } from '../postgres/claim-row.reader.js';
+import { ClaimTransaction } from '../postgres/claim-transaction.js';
+import { ClaimTakenError } from '../postgres/commit-batch.js';
+import type { ClaimTransactionOptions } from '../postgres/transaction-session.js';
 import {
   errorCode,
   errorMessage,
