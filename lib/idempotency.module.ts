@@ -10,7 +10,9 @@ import { IDEMPOTENCY_CONFIG } from './idempotency.constants.js';
 import { IdempotencyMetrics } from './idempotency.metrics.js';
 import { ConfigurableModuleClass, IDEMPOTENCY_MODULE_OPTIONS } from './idempotency.module-definition.js';
 import { IdempotencyHealthIndicator } from './health/idempotency-health.indicator.js';
+import { ClaimRetention } from './maintenance/claim-retention.service.js';
 import { ExpiredLeaseReporter } from './maintenance/expired-lease.reporter.js';
+import { PoisonEventReporter } from './maintenance/poison-event.reporter.js';
 import { DeliveryTelemetry } from './observability/delivery-telemetry.js';
 import { IdempotencyClaims } from './operator/idempotency-claims.service.js';
 import { ClaimDatabase } from './postgres/claim-database.js';
@@ -65,7 +67,10 @@ import { QueueHandoff } from './transports/queue/queue-handoff.js';
     OrderingExplorer,
     SignatureGuardsExplorer,
     IdempotencyContext,
+    // Maintenance: the reporter schedules the tick and runs the poison report and retention in it.
     ExpiredLeaseReporter,
+    PoisonEventReporter,
+    ClaimRetention,
     IdempotencyClaims,
     IdempotencyHealthIndicator,
     // The handoff to workers (pg-boss), idle without the handoff option.
