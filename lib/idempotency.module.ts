@@ -18,7 +18,9 @@ import { IdempotencyClaims } from './operator/idempotency-claims.service.js';
 import { ClaimDatabase } from './postgres/claim-database.js';
 import { claimStrategyProviders } from './strategies/claim-strategies.js';
 import { RetryAfterEstimator } from './strategies/retry-after.estimator.js';
-import { DELIVERY_TRANSPORT_REGISTRY, deliveryTransportProviders } from './transports/delivery-transports.js';
+import { deliveryTransportProviders } from './transports/delivery-transports.js';
+import { HttpTransport } from './transports/http/http.transport.js';
+import { RpcTransport } from './transports/rpc/rpc.transport.js';
 import { IdempotencyExplorer } from './transports/idempotency.explorer.js';
 import { IdempotencyInterceptor } from './transports/idempotency.interceptor.js';
 import { KeyFindings } from './transports/key-findings.js';
@@ -83,7 +85,8 @@ import { QueueHandoff } from './transports/queue/queue-handoff.js';
   // @Idempotent provider anywhere gets the service and config injected: both need these exported.
   exports: [
     IDEMPOTENCY_CONFIG,
-    DELIVERY_TRANSPORT_REGISTRY,
+    HttpTransport,
+    RpcTransport,
     IdempotencyMetrics,
     ClaimRunner,
     IdempotencyService,

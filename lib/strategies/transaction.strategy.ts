@@ -2,7 +2,7 @@ import { Inject, Injectable, Logger } from '@nestjs/common';
 import { afterCommitFailed } from '../core/after-commit.js';
 import { fingerprintsConflict, type ClaimCheck, type ConflictState } from '../core/claim-check.js';
 import type { ClaimResult } from '../core/claim-result.js';
-import type { ClaimHandle, ClaimSpec, ClaimStrategy } from '../core/claim-strategy.js';
+import type { ClaimHandle, ClaimRun, ClaimSpec, ClaimStrategy } from '../core/claim-strategy.js';
 import { commitFaultsArmed, takeCommitFault } from '../core/commit-faults.js';
 import type { EventOrder } from '../core/event-order.js';
 import { IDEMPOTENCY_CONFIG } from '../idempotency.constants.js';
@@ -54,14 +54,7 @@ export class TransactionStrategy implements ClaimStrategy {
    * `order` (an `@IdempotentWebhook` ordering guard), the claim checks and advances the entity's
    * version too; a webhook delivery is never made inside another, so a joined claim has none.
    */
-  run<T>(
-    spec: ClaimSpec,
-    key: string,
-    work: (handle: ClaimHandle) => Promise<T>,
-    enclosing?: ClaimHandle,
-    check?: ClaimCheck,
-    order?: EventOrder,
-  ): Promise<ClaimResult<T>> {
+  run<T>({ spec, key, work, enclosing, check, order }: ClaimRun<T>): Promise<ClaimResult<T>> {
     // A delivery made by the testing helpers has no claim transaction to join: it claims on its own.
     // A joined claim is an inner one (@Idempotent, run()): it has no key checks.
     if (enclosing instanceof ClaimTransaction)
