@@ -79,7 +79,7 @@ export interface ClaimHandle {
    * Key checks: stores what the handler answered with the claim, written by the COMMIT
    * (transaction mode) or the fenced completion (external mode), never apart from it.
    */
-  recordResponse?(scope: string, key: string, response: StoredResponse): void;
+  recordResponse?(response: StoredResponse): void;
 }
 
 /** One claim for a strategy to make: ClaimStrategy.run's one parameter. */

@@ -69,6 +69,8 @@ export class ClaimRounds extends TransactionSession {
    * the insert is collected (beforeCommit), and when the claim has its row already.
    */
   protected pendingClaim?: ClaimValues;
+  /** The values of the claim this transaction began with (beginAndClaim), kept for its response. */
+  protected claimValues?: ClaimValues;
   /**
    * The first claim of this transaction with companions (ClaimStatement.companions) that ran
    * prepared: its round PREPAREd them, or found the claim on the session, which holds them.
@@ -93,6 +95,7 @@ export class ClaimRounds extends TransactionSession {
     atCommit = false,
   ): Promise<ClaimFound> {
     this.client = client;
+    this.claimValues = values;
     listenForErrors(client);
     const { isolationLevel, subscribed, statements } = this.options;
     const unknownLevel = isolationLevel !== undefined && !ISOLATION_LEVELS.has(isolationLevel);

@@ -300,16 +300,20 @@ export class ClaimTransaction extends ClaimRounds implements TransactionExecutor
   /**
    * Key checks: writes the handler's response into this transaction's claim, in the COMMIT's own
    * query (beforeCommit: no round trip), so that the claim, the handler's writes and the response
-   * commit together or not at all. Without the checked statements (a table not migrated), nothing
-   * is stored.
+   * commit together or not at all. The claim is the one this transaction began with (its scope and
+   * key are held since: nothing passes them back); a claim joined in a savepoint stores none (only
+   * a route's own delivery, never a joined one, has a response to store). Without the checked
+   * statements (a table not migrated), nothing is stored.
    */
-  recordResponse(scope: string, key: string, response: StoredResponse): void {
+  recordResponse(response: StoredResponse): void {
     const statement = this.options.statements.storeResponse;
-    if (!statement) return;
-    const pending = this.pendingClaim;
-    // Claimed at commit: the response goes into the claim's own insert; any other claim's row exists.
-    if (pending && pending[0] === scope && pending[1] === key) this.collectPendingClaim(response);
-    else this.defer(statement.text, [scope, key, response], undefined, this.companion(statement));
+    if (!statement || !this.claimValues) return;
+    // Claimed at commit: the response goes into the claim's own insert; else the claim's row exists.
+    if (this.pendingClaim) this.collectPendingClaim(response);
+    else {
+      const [scope, key] = this.claimValues;
+      this.defer(statement.text, [scope, key, response], undefined, this.companion(statement));
+    }
     this.recordedResponse = response;
   }
 
