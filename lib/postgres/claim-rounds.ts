@@ -16,13 +16,30 @@ import { claimQuery, isPreparedStatementMiss, type ClaimStatement } from './stat
 import { listenForErrors } from './typeorm-internals.js';
 import { TransactionSession } from './transaction-session.js';
 
-/**
- * The claim's values: scope, key, source, and the lock_timeout that bounds a duplicate's wait;
- * with key checks (the checked statements), the delivery's fingerprint last.
- */
-export type ClaimValues =
-  | readonly [scope: string, key: string, source: string, lockTimeout: string]
-  | readonly [scope: string, key: string, source: string, lockTimeout: string, fingerprint: string | null];
+/** The values of one claim, which its statements take in this order (claimParameters). */
+export interface ClaimValues {
+  /** The handler's scope. */
+  readonly scope: string;
+  /** The event's key. */
+  readonly key: string;
+  /** Stored with the claim, for reports. */
+  readonly source: string;
+  /** The lock_timeout that bounds a duplicate's wait (`'200ms'`). */
+  readonly lockTimeout: string;
+  /**
+   * Key checks (the checked statements, which take it as their fifth value): the delivery's
+   * fingerprint, null for none. Undefined on the unchecked statements, which take four values.
+   */
+  readonly fingerprint?: string | null;
+}
+
+/** The claim's values as its statements take them: scope, key, source, lock_timeout, [fingerprint]. */
+export function claimParameters(values: ClaimValues): unknown[] {
+  const { scope, key, source, lockTimeout, fingerprint } = values;
+  return fingerprint === undefined
+    ? [scope, key, source, lockTimeout]
+    : [scope, key, source, lockTimeout, fingerprint];
+}
 
 /**
  * A statement sent in place of the transaction claim that claims and does more in the same query
@@ -124,7 +141,9 @@ export class ClaimRounds extends TransactionSession {
     if (isolationLevel !== undefined && !ISOLATION_LEVELS.has(isolationLevel)) {
       await this.runner.startTransaction();
       const claim = variant?.statement ?? statements.transactionClaim;
-      const claimed = await client.query(claimQuery(claim, [...values, ...(variant?.values ?? [])], false));
+      const claimed = await client.query(
+        claimQuery(claim, [...claimParameters(values), ...(variant?.values ?? [])], false),
+      );
       variant?.answered(claimed.rows[0] as Record<string, unknown>);
       return this.settle(client, claimed.rows[0] as ClaimRow, values, check);
     }
@@ -320,7 +339,7 @@ export class ClaimRounds extends TransactionSession {
     if (!pending || !this.client || this.transactionActive) return false;
     try {
       const state = await this.client.query(
-        claimQuery(this.options.statements.claimState, [pending[0], pending[1]], false),
+        claimQuery(this.options.statements.claimState, [pending.scope, pending.key], false),
       );
       return state.rows[0]?.status === 'done';
     } catch {
@@ -341,7 +360,8 @@ function claimLiterals(
   claim: ClaimStatement,
   variant?: ClaimVariant,
 ): string[] {
-  const sent = claim.parameters === undefined ? values : values.slice(0, claim.parameters);
+  const all = claimParameters(values);
+  const sent = claim.parameters === undefined ? all : all.slice(0, claim.parameters);
   const given = variant ? [...sent, ...variant.values] : sent;
   const escape = (value: string) => client.escapeLiteral(value);
   return given.map((value) => literal(value, escape));

@@ -6,7 +6,7 @@ import {
   type StoredResponse,
 } from '../core/claim-check.js';
 import { claimUnsettled } from '../idempotency.messages.js';
-import type { ClaimValues } from './claim-rounds.js';
+import { claimParameters, type ClaimValues } from './claim-rounds.js';
 import type { ClaimStatements } from './claim.sql.js';
 import { ClaimTakenError } from './commit-batch.js';
 import { claimQuery } from './statement-executor.js';
@@ -85,9 +85,9 @@ export async function settleClaim(
   values: ClaimValues,
   check?: ClaimCheck,
 ): Promise<ClaimFound> {
-  const [scope, key, , lockTimeout] = values;
+  const { scope, key, lockTimeout } = values;
   // Key checks: the checked reclaim takes the delivery's fingerprint as its fifth value.
-  const fingerprint = values.length > 4 ? [values[4]] : [];
+  const fingerprint = values.fingerprint === undefined ? [] : [values.fingerprint];
   let row = first;
   for (let round = 1; round <= MAX_SETTLE_ROUNDS; round++) {
     // The claim at commit: the key's lock taken and no row (at once, or after the wait below).
@@ -150,7 +150,7 @@ export async function settleClaim(
           response: state.response,
         }
       : // Gone since (retention): claim it anew.
-        ((await client.query(claimQuery(statements.transactionClaim, [...values], false)))
+        ((await client.query(claimQuery(statements.transactionClaim, claimParameters(values), false)))
           .rows[0] as ClaimRow);
   }
   throw new Error(claimUnsettled(scope, key));

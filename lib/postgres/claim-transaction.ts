@@ -311,7 +311,7 @@ export class ClaimTransaction extends ClaimRounds implements TransactionExecutor
     // Claimed at commit: the response goes into the claim's own insert; else the claim's row exists.
     if (this.pendingClaim) this.collectPendingClaim(response);
     else {
-      const [scope, key] = this.claimValues;
+      const { scope, key } = this.claimValues;
       this.defer(statement.text, [scope, key, response], undefined, this.companion(statement));
     }
     this.recordedResponse = response;
@@ -319,7 +319,7 @@ export class ClaimTransaction extends ClaimRounds implements TransactionExecutor
 
   /** Sends the claim at commit's row, with `response`, with the COMMIT (ClaimStatements.claimAtCommitInsert). */
   private collectPendingClaim(response: StoredResponse | null): void {
-    const [scope, key, source, , fingerprint = null] = this.pendingClaim!;
+    const { scope, key, source, fingerprint = null } = this.pendingClaim!;
     const insert = this.options.statements.claimAtCommitInsert!;
     this.defer(insert.text, [scope, key, source, fingerprint, response], undefined, this.companion(insert));
     this.pendingClaim = undefined;

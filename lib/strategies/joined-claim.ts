@@ -26,9 +26,11 @@ export async function joinEnclosing<T>(
   let found: ClaimFound;
   try {
     // The enclosing transaction's statements: the checked claim takes a (null) fingerprint too.
+    const { scope, source } = spec;
+    const { lockTimeout } = outcomes;
     const values: ClaimValues = transaction.checked
-      ? [spec.scope, key, spec.source, outcomes.lockTimeout, null]
-      : [spec.scope, key, spec.source, outcomes.lockTimeout];
+      ? { scope, key, source, lockTimeout, fingerprint: null }
+      : { scope, key, source, lockTimeout };
     found = await transaction.claimAt(savepoint, values);
   } catch (error) {
     await transaction.rollbackTo(savepoint).catch(() => undefined);

@@ -111,9 +111,11 @@ export class TransactionStrategy implements ClaimStrategy {
     // Registered before the first await, so a duplicate arriving meanwhile finds it.
     this.waiters.begin(id, check?.fingerprint);
     // Key checks: the checked statements, which take the fingerprint last.
+    const { scope, source } = spec;
+    const { lockTimeout } = this.outcomes;
     const values: ClaimValues = check
-      ? [spec.scope, key, spec.source, this.outcomes.lockTimeout, check.fingerprint]
-      : [spec.scope, key, spec.source, this.outcomes.lockTimeout];
+      ? { scope, key, source, lockTimeout, fingerprint: check.fingerprint }
+      : { scope, key, source, lockTimeout };
     // Ordering guard (event-ordering.ts): the claim is sent as the ordered claim, which checks and
     // advances the entity's version in the same statement; it says whether the event is stale.
     const ordered =
