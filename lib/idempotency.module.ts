@@ -10,13 +10,17 @@ import { IDEMPOTENCY_CONFIG } from './idempotency.constants.js';
 import { IdempotencyMetrics } from './idempotency.metrics.js';
 import { ConfigurableModuleClass, IDEMPOTENCY_MODULE_OPTIONS } from './idempotency.module-definition.js';
 import { IdempotencyHealthIndicator } from './health/idempotency-health.indicator.js';
+import { ClaimRetention } from './maintenance/claim-retention.service.js';
 import { ExpiredLeaseReporter } from './maintenance/expired-lease.reporter.js';
+import { PoisonEventReporter } from './maintenance/poison-event.reporter.js';
 import { DeliveryTelemetry } from './observability/delivery-telemetry.js';
 import { IdempotencyClaims } from './operator/idempotency-claims.service.js';
 import { ClaimDatabase } from './postgres/claim-database.js';
 import { claimStrategyProviders } from './strategies/claim-strategies.js';
 import { RetryAfterEstimator } from './strategies/retry-after.estimator.js';
-import { DELIVERY_TRANSPORT_REGISTRY, deliveryTransportProviders } from './transports/delivery-transports.js';
+import { deliveryTransportProviders } from './transports/delivery-transports.js';
+import { HttpTransport } from './transports/http/http.transport.js';
+import { RpcTransport } from './transports/rpc/rpc.transport.js';
 import { IdempotencyExplorer } from './transports/idempotency.explorer.js';
 import { IdempotencyInterceptor } from './transports/idempotency.interceptor.js';
 import { KeyFindings } from './transports/key-findings.js';
@@ -65,7 +69,10 @@ import { QueueHandoff } from './transports/queue/queue-handoff.js';
     OrderingExplorer,
     SignatureGuardsExplorer,
     IdempotencyContext,
+    // Maintenance: the reporter schedules the tick and runs the poison report and retention in it.
     ExpiredLeaseReporter,
+    PoisonEventReporter,
+    ClaimRetention,
     IdempotencyClaims,
     IdempotencyHealthIndicator,
     // The handoff to workers (pg-boss), idle without the handoff option.
@@ -78,7 +85,8 @@ import { QueueHandoff } from './transports/queue/queue-handoff.js';
   // @Idempotent provider anywhere gets the service and config injected: both need these exported.
   exports: [
     IDEMPOTENCY_CONFIG,
-    DELIVERY_TRANSPORT_REGISTRY,
+    HttpTransport,
+    RpcTransport,
     IdempotencyMetrics,
     ClaimRunner,
     IdempotencyService,

@@ -117,6 +117,6 @@ export class ClaimDelivery implements IdempotentDelivery {
 
   /** Key checks: stores the handler's response with the claim (see ClaimHandle.recordResponse). */
   recordResponse(response: StoredResponse): void {
-    this.handle.recordResponse?.(this.scope, this.key, response);
+    this.handle.recordResponse?.(response);
   }
 }

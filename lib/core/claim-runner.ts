@@ -11,7 +11,8 @@ import {
 import type { DeliveryOrigin } from '../observability/delivery-origin.js';
 import { DeliveryTelemetry } from '../observability/delivery-telemetry.js';
 import { ClaimDatabase } from '../postgres/claim-database.js';
-import { CLAIM_STRATEGY_REGISTRY } from '../strategies/claim-strategies.js';
+import { LeaseStrategy } from '../strategies/lease.strategy.js';
+import { TransactionStrategy } from '../strategies/transaction.strategy.js';
 import { ClaimDelivery, type IdempotentDelivery } from './claim-delivery.js';
 import type { ClaimCheck } from './claim-check.js';
 import type { ClaimResult } from './claim-result.js';
@@ -47,7 +48,8 @@ export class ClaimRunner implements OnModuleInit {
   private clsBridge?: ClsTransactionBridge;
 
   constructor(
-    @Inject(CLAIM_STRATEGY_REGISTRY) private readonly strategies: ReadonlyMap<string, ClaimStrategy>,
+    private readonly transaction: TransactionStrategy,
+    private readonly lease: LeaseStrategy,
     @Inject(IDEMPOTENCY_CONFIG) private readonly config: IdempotencyConfig,
     private readonly database: ClaimDatabase,
     private readonly discovery: DiscoveryService,
@@ -122,7 +124,7 @@ export class ClaimRunner implements OnModuleInit {
     work: (delivery: ClaimDelivery) => Promise<T>,
     { check, order }: DeliveryExtras,
   ): Promise<ClaimResult<T>> {
-    const strategy = this.strategies.get(spec.mode)!;
+    const strategy: ClaimStrategy = spec.mode === 'external' ? this.lease : this.transaction;
     const run = (handle: ClaimHandle) => {
       const delivery = new ClaimDelivery(spec, key, handle);
       const bridge = this.clsBridge;
@@ -134,7 +136,7 @@ export class ClaimRunner implements OnModuleInit {
     };
     const enclosing = currentDelivery();
     if (enclosing === undefined && spec.propagation !== Propagation.Mandatory) {
-      return strategy.run(spec, key, run, undefined, check, order);
+      return strategy.run({ spec, key, work: run, check, order });
     }
     let joined: ClaimHandle | undefined;
     try {
@@ -142,7 +144,7 @@ export class ClaimRunner implements OnModuleInit {
     } catch (error) {
       return Promise.reject(error);
     }
-    return strategy.run(spec, key, run, joined, check, order);
+    return strategy.run({ spec, key, work: run, enclosing: joined, check, order });
   }
 
   /**

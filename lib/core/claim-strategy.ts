@@ -79,28 +79,38 @@ export interface ClaimHandle {
    * Key checks: stores what the handler answered with the claim, written by the COMMIT
    * (transaction mode) or the fenced completion (external mode), never apart from it.
    */
-  recordResponse?(scope: string, key: string, response: StoredResponse): void;
+  recordResponse?(response: StoredResponse): void;
+}
+
+/** One claim for a strategy to make: ClaimStrategy.run's one parameter. */
+export interface ClaimRun<T> {
+  /** The handler's claims (scope, source, mode, ...). */
+  readonly spec: ClaimSpec;
+  /** The event's key. */
+  readonly key: string;
+  /** Runs under the claim, when it is this delivery's. */
+  readonly work: (handle: ClaimHandle) => Promise<T>;
+  /**
+   * The handle of the delivery this claim is made in, when the spec's propagation joins it: the
+   * claim is made inside that delivery's transaction (only transaction mode is asked to).
+   */
+  readonly enclosing?: ClaimHandle;
+  /** Key checks: the delivery's fingerprint and what a conflict gets (with spec.checks). */
+  readonly check?: ClaimCheck;
+  /**
+   * The ordering guard: the delivery's entity and version, for handlers with `order` (transaction
+   * mode only, refused for external mode when the decorator is applied).
+   */
+  readonly order?: EventOrder;
 }
 
 /**
  * One way of making a delivery's effect happen once. A strategy claims (scope, key), runs `work`
  * when the claim is its own, records the outcome and counts it. It resolves `processed`,
- * `replayed` or `in_flight`; it rejects with IdempotencyUnavailableError when the database
- * failed, TransactionAbortedError, or the work's own error. With `enclosing` (the handle of the
- * delivery this claim is made in, when the spec's propagation joins it), the claim is made inside
- * that delivery's transaction: only a strategy that can join one is asked to. With `order` (the
- * handler's ordering guard: transaction mode only, refused for external mode when the decorator is
- * applied), the claim checks and advances the entity's version too, and may resolve `stale`.
+ * `replayed`, `in_flight`, `conflict` (key checks) or `stale` (the ordering guard); it rejects
+ * with IdempotencyUnavailableError when the database failed, TransactionAbortedError, or the
+ * work's own error.
  */
 export interface ClaimStrategy {
-  run<T>(
-    spec: ClaimSpec,
-    key: string,
-    work: (handle: ClaimHandle) => Promise<T>,
-    enclosing?: ClaimHandle,
-    /** Key checks: the delivery's fingerprint and what a conflict gets (with spec.checks). */
-    check?: ClaimCheck,
-    /** The ordering guard: the delivery's entity and version, for handlers with `order`. */
-    order?: EventOrder,
-  ): Promise<ClaimResult<T>>;
+  run<T>(claim: ClaimRun<T>): Promise<ClaimResult<T>>;
 }

@@ -14,39 +14,29 @@ import { IdempotencyMetrics } from '../idempotency.metrics.js';
 import { HandoffQueues } from '../transports/queue/handoff-queues.service.js';
 import { hookFailed } from '../idempotency.messages.js';
 import type {
-  AbandonedClaim,
   ExpiredLease,
   IdempotencyConfig,
-  PoisonEvent,
   ReporterRunOptions,
   ReporterRunResult,
 } from '../interfaces/index.js';
 import { describeError } from '../idempotency.messages.js';
-import { applyVersionRetention } from './version-retention.js';
+import { ClaimRetention } from './claim-retention.service.js';
+import { PoisonEventReporter } from './poison-event.reporter.js';
 
 const expiredLease = (scope: string, key: string, attempts: number, ago: number) =>
   `expired lease: ${scope} key ${key} (attempt ${attempts}) expired ${Math.round(ago / 1000)} s ago; its worker probably died`;
 
 const moreExpiredLeases = (count: number) => `... and ${count} more expired leases`;
 
-const poisonEvent = (scope: string, key: string, attempts: number, lastError: string | null) =>
-  `poison event: ${scope} key ${key} is not done after ${attempts} attempts${lastError ? ` (last error: ${lastError})` : ''}`;
-
 const noScheduler = () =>
   'ScheduleModule is not imported: expired leases will not be reported. Import ScheduleModule.forRoot() once in your app, or set reporter: false.';
 
 const reportFailed = (error: unknown) => `Expired-lease report failed: ${describeError(error)}`;
 
-const abandonedClaimRemoved = (scope: string, key: string, status: string, attempts: number, days: number) =>
-  `retention removed ${scope} key ${key}: ${status === 'failed' ? 'failed' : 'a dead lease'} after ${attempts} attempts, ${status === 'failed' ? 'last claimed' : 'its lease over'} more than ${days} days ago; its event will not be retried`;
-
-const moreAbandonedClaims = (count: number) => `... and ${count} more abandoned claims removed`;
-
 /** Warning lines per run; the rest is counted in one line. */
 const MAX_LOGGED_LEASES = 50;
 /** Leases handed to the `onExpiredLeases` hook per run. */
 const MAX_REPORTED_LEASES = 1_000;
-const MAX_POISON_EVENTS = 100;
 
 /** The parts of @nestjs/schedule's SchedulerRegistry used here (it is an optional peer). */
 interface Scheduler {
@@ -57,9 +47,10 @@ interface Scheduler {
 }
 
 /**
- * The cron service of external mode: reports leases whose worker died holding them (and poison
- * events that keep failing, and handoff jobs in dead-letter queues), and deletes old done rows.
- * Registered through @nestjs/schedule's SchedulerRegistry; the app imports
+ * The cron service of external mode: reports leases whose worker died holding them. It schedules
+ * the maintenance tick, whose other jobs are services of their own, run in the same tick: poison
+ * events that keep failing (PoisonEventReporter), handoff jobs in dead-letter queues
+ * (HandoffQueues), and retention (ClaimRetention). Registered through @nestjs/schedule's SchedulerRegistry; the app imports
  * `ScheduleModule.forRoot()` once (the library must not: each call adds an explorer and jobs would
  * run twice). Every replica runs the job; each tick is claimed in the claims table, so one replica
  * reports it.
@@ -77,6 +68,8 @@ export class ExpiredLeaseReporter implements OnApplicationBootstrap, OnModuleDes
     private readonly metrics: IdempotencyMetrics,
     private readonly moduleRef: ModuleRef,
     private readonly handoff: HandoffQueues,
+    private readonly poison: PoisonEventReporter,
+    private readonly retention: ClaimRetention,
   ) {}
 
   async onApplicationBootstrap(): Promise<void> {
@@ -109,8 +102,9 @@ export class ExpiredLeaseReporter implements OnApplicationBootstrap, OnModuleDes
   }
 
   /**
-   * One report: claims the current tick (skipped if another replica did; the gauge is still
-   * refreshed), logs and counts expired leases, reports poison events, and applies retention.
+   * One report: claims the current tick (skipped if another replica did; the gauges are still
+   * refreshed), logs and counts expired leases, then runs the tick's other jobs: poison events,
+   * dead letters, retention.
    * Safe to call by hand; `{ force: true }` reports even when the tick was taken, so a run by
    * hand always answers with what it found.
    */
@@ -122,8 +116,8 @@ export class ExpiredLeaseReporter implements OnApplicationBootstrap, OnModuleDes
       // refresh it would keep whatever it saw the last tick it won, possibly long ago.
       const [count] = await this.dataSource.query(this.database.maintenance.expiredLeaseCount);
       this.metrics.setExpiredLeases(Number(count?.total ?? 0));
-      // Likewise the poison gauge, which the shipped alert rules read from every replica.
-      this.metrics.setPoisonEvents((await this.findPoison()).length);
+      // Likewise the poison and dead-letter gauges, which the shipped alert rules read from every replica.
+      await this.poison.report(false);
       await this.handoff.report(false);
       return {
         skipped: true,
@@ -144,15 +138,10 @@ export class ExpiredLeaseReporter implements OnApplicationBootstrap, OnModuleDes
     this.logExpired(expired.leases, expiredCount);
     if (expired.leases.length > 0) await this.callHook(expired.leases);
 
-    const poison = await this.findPoison();
-    this.metrics.setPoisonEvents(poison.length);
-    for (const event of poison) {
-      this.logger.error(poisonEvent(event.scope, event.key, event.attempts, event.lastError));
-    }
+    // The other maintenance jobs of the tick, each its own service.
+    const poison = await this.poison.report(true);
     const deadLettered = await this.handoff.report(true);
-    const { deleted, abandoned } = await this.applyRetention();
-    // The ordering guard's versions, kept as long as the claims that set them.
-    const deletedVersions = await applyVersionRetention(this.dataSource, this.database, this.config);
+    const { deleted, abandoned, deletedVersions } = await this.retention.apply();
     return {
       skipped: false,
       expired: expired.leases,
@@ -210,76 +199,6 @@ export class ExpiredLeaseReporter implements OnApplicationBootstrap, OnModuleDes
       await this.config.onExpiredLeases?.(leases);
     } catch (error) {
       this.logger.error(hookFailed('onExpiredLeases', error));
-    }
-  }
-
-  private async findPoison(): Promise<PoisonEvent[]> {
-    const rows: Record<string, any>[] = await this.dataSource.query(this.database.maintenance.poisonEvents, [
-      this.config.maxAttempts,
-      MAX_POISON_EVENTS,
-    ]);
-    return rows.map((row) => ({
-      scope: row.scope,
-      key: row.event_key,
-      source: row.source,
-      status: row.status,
-      attempts: Number(row.attempts),
-      lastError: row.last_error,
-    }));
-  }
-
-  /**
-   * Deletes done rows older than `retentionDays`, then rows that will never finish (failed claims
-   * last claimed that long ago, dead leases whose lease ran out that long ago), in batches of `retentionBatchSize`, at
-   * most `retentionMaxBatches` of each per run: enough to keep up with
-   * batchSize × maxBatches / reportEveryMs events a second (8,333 with the defaults).
-   */
-  private async applyRetention(): Promise<{ deleted: number; abandoned: AbandonedClaim[] }> {
-    const { retentionDays, retentionBatchSize, retentionMaxBatches } = this.config;
-    const { retentionBatch, abandonedRetentionBatch } = this.database.maintenance;
-    let deleted = 0;
-    for (let batch = 0; batch < retentionMaxBatches; batch++) {
-      const affected = (await this.structured(retentionBatch, [retentionDays])).affected ?? 0;
-      deleted += affected;
-      if (affected < retentionBatchSize) break;
-    }
-    const abandoned: AbandonedClaim[] = [];
-    for (let batch = 0; batch < retentionMaxBatches; batch++) {
-      const { records: rows } = await this.structured(abandonedRetentionBatch, [retentionDays]);
-      for (const row of rows) {
-        abandoned.push({
-          scope: row.scope,
-          key: row.event_key,
-          status: row.status,
-          attempts: Number(row.attempts),
-        });
-      }
-      if (rows.length < retentionBatchSize) break;
-    }
-    for (const claim of abandoned.slice(0, MAX_LOGGED_LEASES)) {
-      this.logger.warn(
-        abandonedClaimRemoved(claim.scope, claim.key, claim.status, claim.attempts, retentionDays),
-      );
-    }
-    if (abandoned.length > MAX_LOGGED_LEASES) {
-      this.logger.warn(moreAbandonedClaims(abandoned.length - MAX_LOGGED_LEASES));
-    }
-    return { deleted, abandoned };
-  }
-
-  /**
-   * A DELETE's rows and count: TypeORM reports them only through a QueryRunner's structured
-   * result (its plain query() answers a DELETE with a [rows, count] pair).
-   */
-  private async structured(
-    sql: string,
-    parameters: unknown[],
-  ): Promise<{ records: Record<string, any>[]; affected?: number }> {
-    const runner = this.dataSource.createQueryRunner();
-    try {
-      return await runner.query(sql, parameters, true);
-    } finally {
-      await runner.release();
     }
   }
 

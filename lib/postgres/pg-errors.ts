@@ -19,6 +19,12 @@ export const DUPLICATE_PREPARED_STATEMENT = '42P05';
  */
 export const INVALID_TEXT_REPRESENTATION = '22P02';
 
+/**
+ * A statement sent in a transaction that an earlier failed statement aborted (25P02): it did not
+ * run, nor did any statement after it in the same query.
+ */
+export const IN_FAILED_SQL_TRANSACTION = '25P02';
+
 /** Serialization failure or deadlock: safe to re-run the whole claim in a fresh transaction. */
 const RETRYABLE_CODES = new Set(['40001', '40P01']);
 

@@ -1,31 +1,15 @@
-import type { Provider, Type } from '@nestjs/common';
-import type { ClaimStrategy } from '../core/claim-strategy.js';
-import { registryProviders } from '../core/registry.providers.js';
+import type { Provider } from '@nestjs/common';
 import { LeaseStrategy } from './lease.strategy.js';
 import { TransactionStrategy } from './transaction.strategy.js';
 
 /**
- * Every claim mode, by the name handlers pick it with. A new mode is a strategy file and one entry
- * here; the `mode` option and its checks follow from this object.
+ * The name of a claim mode: `'transaction'` (the default: claim and handler writes in one
+ * transaction) or `'external'` (a fenced lease for work outside the database).
  */
-export const CLAIM_STRATEGIES = {
-  /** Claim and handler writes in one transaction (seed "fix one"). The default. */
-  transaction: TransactionStrategy,
-  /** A fenced lease for work outside the database (seed "fix two"). */
-  external: LeaseStrategy,
-} satisfies Record<string, Type<ClaimStrategy>>;
-
-/** The name of a claim mode: `'transaction'` (default) or `'external'`. */
-export type IdempotencyMode = keyof typeof CLAIM_STRATEGIES;
+export type IdempotencyMode = 'transaction' | 'external';
 
 /** The modes, for option checks and messages. */
-export const IDEMPOTENCY_MODES = Object.keys(CLAIM_STRATEGIES) as IdempotencyMode[];
+export const IDEMPOTENCY_MODES: readonly IdempotencyMode[] = ['transaction', 'external'];
 
-/** DI token of the strategy instances by mode. */
-export const CLAIM_STRATEGY_REGISTRY = Symbol('CLAIM_STRATEGY_REGISTRY');
-
-/** The strategies and the registry the service reads them from. */
-export const claimStrategyProviders: Provider[] = registryProviders<ClaimStrategy>(
-  CLAIM_STRATEGY_REGISTRY,
-  CLAIM_STRATEGIES,
-);
+/** The strategies, one per mode; ClaimRunner chooses by the handler's mode. */
+export const claimStrategyProviders: Provider[] = [TransactionStrategy, LeaseStrategy];

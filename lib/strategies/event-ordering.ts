@@ -1,6 +1,6 @@
 import type { Logger } from '@nestjs/common';
 import type { EventOrder } from '../core/event-order.js';
-import type { ClaimVariant } from '../postgres/claim-transaction.js';
+import type { ClaimVariant } from '../postgres/claim-rounds.js';
 import { orderedClaimTypes, type OrderedClaimStatements } from '../postgres/ordered-claim.sql.js';
 import type { ClaimStatement } from '../postgres/statement-executor.js';
 

@@ -81,7 +81,7 @@ export class LeaseHandle implements ClaimHandle {
   }
 
   /** Kept for the fenced completion, which writes it in its own UPDATE. */
-  recordResponse(_scope: string, _key: string, response: StoredResponse): void {
+  recordResponse(response: StoredResponse): void {
     this.response = response;
   }
 

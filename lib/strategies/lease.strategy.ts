@@ -3,7 +3,7 @@ import { Inject, Injectable, Logger, type OnModuleDestroy } from '@nestjs/common
 import { afterCommitFailed } from '../core/after-commit.js';
 import { fingerprintsConflict, type ClaimCheck, type StoredResponse } from '../core/claim-check.js';
 import type { ClaimResult } from '../core/claim-result.js';
-import type { ClaimHandle, ClaimSpec, ClaimStrategy } from '../core/claim-strategy.js';
+import type { ClaimSpec, ClaimStrategy, ClaimRun } from '../core/claim-strategy.js';
 import { commitFaultsArmed, takeCommitFault } from '../core/commit-faults.js';
 import { DEFAULTS, IDEMPOTENCY_CONFIG } from '../idempotency.constants.js';
 import { claimFailedLog, handlerDatabaseFailedLog } from '../idempotency.messages.js';
@@ -84,13 +84,8 @@ export class LeaseStrategy implements ClaimStrategy, OnModuleDestroy {
     this.stopping.abort();
   }
 
-  async run<T>(
-    spec: ClaimSpec,
-    key: string,
-    work: (handle: ClaimHandle) => Promise<T>,
-    _enclosing?: ClaimHandle,
-    check?: ClaimCheck,
-  ): Promise<ClaimResult<T>> {
+  /** Claims a lease (a lease never joins an enclosing delivery, and has no ordering guard). */
+  async run<T>({ spec, key, work, check }: ClaimRun<T>): Promise<ClaimResult<T>> {
     const leaseMs = spec.leaseMs ?? this.config.leaseMs;
     // Key checks need the table's fingerprint and response columns (ClaimDatabase.keyChecks).
     const checked =

@@ -17,10 +17,11 @@ import { EventInFlightError, IdempotencyKeyReusedError } from '../idempotency.er
 import { duplicateInFlight } from '../idempotency.messages.js';
 import type { IdempotencyConfig } from '../interfaces/index.js';
 import { ACKNOWLEDGE, type DeliveryTransport } from './delivery-transport.js';
-import { DELIVERY_TRANSPORT_REGISTRY } from './delivery-transports.js';
+import { HttpTransport } from './http/http.transport.js';
 import { requestIdempotencyKey } from './http/request-mode.js';
 import type { IdempotentWebhookMetadata } from './idempotent-webhook.decorator.js';
 import { KeyFindings } from './key-findings.js';
+import { RpcTransport } from './rpc/rpc.transport.js';
 
 const unsupportedContext = (scope: string, type: string) =>
   `@IdempotentWebhook on ${scope} cannot protect a '${type}' execution context; the handler was not run`;
@@ -57,7 +58,8 @@ export class IdempotencyInterceptor implements NestInterceptor {
   constructor(
     private readonly reflector: Reflector,
     private readonly runner: ClaimRunner,
-    @Inject(DELIVERY_TRANSPORT_REGISTRY) private readonly transports: ReadonlyMap<string, DeliveryTransport>,
+    private readonly http: HttpTransport,
+    private readonly rpc: RpcTransport,
     @Inject(IDEMPOTENCY_CONFIG) private readonly config: IdempotencyConfig,
     private readonly findings: KeyFindings,
   ) {}
@@ -195,6 +197,9 @@ export class IdempotencyInterceptor implements NestInterceptor {
    * context type (`ws`, `graphql`) with your own DeliveryTransport.
    */
   protected transportFor(context: ExecutionContext): DeliveryTransport | undefined {
-    return this.transports.get(context.getType());
+    const type = context.getType();
+    if (type === 'http') return this.http;
+    if (type === 'rpc') return this.rpc;
+    return undefined;
   }
 }
