@@ -9,12 +9,11 @@ import { Reflector } from '@nestjs/core';
 import { Observable } from 'rxjs';
 import { AnsweredFailure } from '../core/answered-failure.js';
 import type { ClaimCheck } from '../core/claim-check.js';
+import { claimRefusal, isRefused } from '../core/claim-refusal.js';
 import { extractEventOrder, type EventOrder } from '../core/event-order.js';
 import { extractIdempotencyKey } from '../core/idempotency-key.js';
 import { ClaimRunner } from '../core/claim-runner.js';
 import { IDEMPOTENCY_CONFIG, IDEMPOTENT_WEBHOOK_METADATA } from '../idempotency.constants.js';
-import { EventInFlightError, IdempotencyKeyReusedError } from '../idempotency.errors.js';
-import { duplicateInFlight } from '../idempotency.messages.js';
 import type { IdempotencyConfig } from '../interfaces/index.js';
 import { ACKNOWLEDGE, type DeliveryTransport } from './delivery-transport.js';
 import { HttpTransport } from './http/http.transport.js';
@@ -41,10 +40,6 @@ function fingerprintOf(
     return null;
   }
 }
-
-/** Answered 422 when a key comes back with another fingerprint than its claim's. */
-export const keyReused = (key: string) =>
-  `This operation is idempotent and its Idempotency-Key ${key} was already used with another request (another method, URL or body): send a new request under a new key`;
 
 /**
  * Applied by `@IdempotentWebhook` and `@IdempotentRequest`: extracts and checks the key (and the
@@ -146,27 +141,13 @@ export class IdempotencyInterceptor implements NestInterceptor {
         )
         .then(
           (result) => {
-            if (result.kind === 'conflict') {
-              this.findings.conflict(meta.scope, claimKey, result.state, true);
-              const reused = new IdempotencyKeyReusedError(
-                keyReused(claimKey),
-                meta.scope,
-                claimKey,
-                result.state,
-              );
-              subscriber.error(transport.failure(reused, context, meta));
-              return;
-            }
-            if (result.conflict) this.findings.conflict(meta.scope, claimKey, result.conflict, false);
-            if (result.kind === 'in_flight') {
-              const inFlight = new EventInFlightError(
-                duplicateInFlight(claimKey),
-                meta.scope,
-                claimKey,
-                result.retryAfterSeconds,
-                this.config.inFlightStatus,
-              );
-              subscriber.error(transport.failure(inFlight, context, meta));
+            // A conflict refused ('refuse') is reported as one; one let through ('warn') rides on
+            // the result of the claim that ran anyway.
+            if (result.kind === 'conflict') this.findings.conflict(meta.scope, claimKey, result.state, true);
+            else if (result.conflict) this.findings.conflict(meta.scope, claimKey, result.conflict, false);
+            if (isRefused(result)) {
+              const refusal = claimRefusal(result, meta.scope, claimKey, this.config);
+              subscriber.error(transport.failure(refusal, context, meta));
               return;
             }
             let value: unknown;
