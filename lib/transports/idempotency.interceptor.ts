@@ -11,13 +11,11 @@ import { AnsweredFailure } from '../core/answered-failure.js';
 import type { ClaimCheck } from '../core/claim-check.js';
 import { claimRefusal, isRefused } from '../core/claim-refusal.js';
 import { extractEventOrder, type EventOrder } from '../core/event-order.js';
-import { extractIdempotencyKey } from '../core/idempotency-key.js';
 import { ClaimRunner } from '../core/claim-runner.js';
 import { IDEMPOTENCY_CONFIG, IDEMPOTENT_WEBHOOK_METADATA } from '../idempotency.constants.js';
 import type { IdempotencyConfig } from '../interfaces/index.js';
-import { ACKNOWLEDGE, type DeliveryTransport } from './delivery-transport.js';
+import { ACKNOWLEDGE, webhookKey, type DeliveryTransport } from './delivery-transport.js';
 import { HttpTransport } from './http/http.transport.js';
-import { requestIdempotencyKey } from './http/request-mode.js';
 import type { IdempotentWebhookMetadata } from './idempotent-webhook.decorator.js';
 import { KeyFindings } from './key-findings.js';
 import { RpcTransport } from './rpc/rpc.transport.js';
@@ -77,21 +75,20 @@ export class IdempotencyInterceptor implements NestInterceptor {
       let order: EventOrder | undefined;
       try {
         const args = transport.keyArguments(context);
-        key = meta.request
-          ? requestIdempotencyKey(meta.scope, meta.request, args[1] as never, this.config.maxKeyLength)
-          : extractIdempotencyKey(meta.scope, meta.key, args, this.config.maxKeyLength);
-        if (key !== undefined && meta.order) {
-          order = extractEventOrder(meta.scope, key, meta.order, args, this.config.maxKeyLength);
+        const { maxKeyLength } = this.config;
+        const read = transport.claimKey
+          ? transport.claimKey(args, meta)
+          : webhookKey(args, meta, maxKeyLength);
+        key = read?.key;
+        if (read !== undefined && meta.order) {
+          order = extractEventOrder(meta.scope, read.key, meta.order, args, maxKeyLength);
         }
-        if (key !== undefined && meta.checks) {
+        if (read !== undefined && meta.checks) {
           const fingerprint = meta.fingerprint ? fingerprintOf(meta.fingerprint, args) : null;
-          check = {
-            fingerprint,
-            refuse: meta.checks.conflicts === 'refuse',
-            storesResponse: meta.request !== undefined,
-          };
+          const { storesResponse } = read;
+          check = { fingerprint, refuse: meta.checks.conflicts === 'refuse', storesResponse };
           // A webhook's key that changes between copies (request keys are the client's own).
-          if (!meta.request) this.findings.observe(meta.scope, key, fingerprint);
+          if (!storesResponse) this.findings.observe(meta.scope, read.key, fingerprint);
         }
       } catch (error) {
         const failure = transport.failure(error, context, meta);

@@ -8,9 +8,14 @@ import {
   IdempotencyUnavailableError,
 } from '../../idempotency.errors.js';
 import type { IdempotencyConfig } from '../../interfaces/index.js';
-import type { DeliveryTransport, SettledResult } from '../delivery-transport.js';
+import {
+  webhookKey,
+  type DeliveryKey,
+  type DeliveryTransport,
+  type SettledResult,
+} from '../delivery-transport.js';
 import type { IdempotentWebhookMetadata } from '../idempotent-webhook.decorator.js';
-import { clientKey } from './request-mode.js';
+import { clientKey, requestIdempotencyKey } from './request-mode.js';
 import { captureHttpResponse } from './stored-http-response.js';
 
 /**
@@ -42,6 +47,18 @@ export class HttpTransport implements DeliveryTransport {
   keyArguments(context: ExecutionContext): readonly unknown[] {
     const request = context.getArgByIndex<{ body?: unknown }>(0);
     return [request.body, request];
+  }
+
+  /**
+   * A webhook's key is its `key` extractor's; a request-mode route's the client's Idempotency-Key
+   * header (with its owner), its answer stored for replays, or none without the header where the
+   * route does not require one.
+   */
+  claimKey(args: readonly unknown[], meta: IdempotentWebhookMetadata): DeliveryKey | undefined {
+    const { maxKeyLength } = this.config;
+    if (!meta.request) return webhookKey(args, meta, maxKeyLength);
+    const key = requestIdempotencyKey(meta.scope, meta.request, args[1] as never, maxKeyLength);
+    return key === undefined ? undefined : { key, storesResponse: true };
   }
 
   answer(result: SettledResult, context: ExecutionContext, meta?: IdempotentWebhookMetadata): unknown {
