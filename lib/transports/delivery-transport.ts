@@ -19,6 +19,8 @@ export type SettledResult = Exclude<ClaimResult<unknown>, { kind: 'in_flight' } 
 
 /** A delivery's claim key, as its transport reads it (DeliveryTransport.claimKey). */
 export interface DeliveryKey {
+  /** The key extractor's arguments it was read from, which the ordering guard and fingerprint read too. */
+  readonly args: readonly unknown[];
   /** The claim's key, checked (core/idempotency-key.ts). */
   readonly key: string;
   /**
@@ -38,7 +40,11 @@ export function webhookKey(
   meta: IdempotentWebhookMetadata,
   maxKeyLength: number,
 ): DeliveryKey {
-  return { key: extractIdempotencyKey(meta.scope, meta.key, args, maxKeyLength), storesResponse: false };
+  return {
+    args,
+    key: extractIdempotencyKey(meta.scope, meta.key, args, maxKeyLength),
+    storesResponse: false,
+  };
 }
 
 /**
@@ -50,12 +56,12 @@ export interface DeliveryTransport {
   /** The key extractor's arguments: `(body, request)` over HTTP, `(data, context)` over RPC. */
   keyArguments(context: ExecutionContext): readonly unknown[];
   /**
-   * The claim's key of a delivery, from its key arguments, or undefined for a delivery that runs
+   * The claim's key of a delivery, read from its key arguments (keyArguments()), or undefined for a delivery that runs
    * without a claim (a request-mode route without the header, which does not require it). Throws
    * the key's error (InvalidIdempotencyKeyError, ...) for a bad one, before any claim. Without
    * this method the key is a webhook's (webhookKey()).
    */
-  claimKey?(args: readonly unknown[], meta: IdempotentWebhookMetadata): DeliveryKey | undefined;
+  claimKey?(context: ExecutionContext, meta: IdempotentWebhookMetadata): DeliveryKey | undefined;
   /** What the caller receives for a processed or replayed delivery. */
   answer(result: SettledResult, context: ExecutionContext, meta?: IdempotentWebhookMetadata): unknown;
   /**

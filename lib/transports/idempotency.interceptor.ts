@@ -74,17 +74,16 @@ export class IdempotencyInterceptor implements NestInterceptor {
       // key is: a bad one is refused before the claim, writing nothing.
       let order: EventOrder | undefined;
       try {
-        const args = transport.keyArguments(context);
         const { maxKeyLength } = this.config;
         const read = transport.claimKey
-          ? transport.claimKey(args, meta)
-          : webhookKey(args, meta, maxKeyLength);
+          ? transport.claimKey(context, meta)
+          : webhookKey(transport.keyArguments(context), meta, maxKeyLength);
         key = read?.key;
         if (read !== undefined && meta.order) {
-          order = extractEventOrder(meta.scope, read.key, meta.order, args, maxKeyLength);
+          order = extractEventOrder(meta.scope, read.key, meta.order, read.args, maxKeyLength);
         }
         if (read !== undefined && meta.checks) {
-          const fingerprint = meta.fingerprint ? fingerprintOf(meta.fingerprint, args) : null;
+          const fingerprint = meta.fingerprint ? fingerprintOf(meta.fingerprint, read.args) : null;
           const { storesResponse } = read;
           check = { fingerprint, refuse: meta.checks.conflicts === 'refuse', storesResponse };
           // A webhook's key that changes between copies (request keys are the client's own).

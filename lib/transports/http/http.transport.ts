@@ -1,6 +1,7 @@
 import { Inject, Injectable, Logger, type ExecutionContext } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
 import { storedBody, type StoredResponse } from '../../core/claim-check.js';
+import { extractIdempotencyKey } from '../../core/idempotency-key.js';
 import { IDEMPOTENCY_CONFIG, REPLAYED_HEADER, STALE_HEADER } from '../../idempotency.constants.js';
 import {
   EventInFlightError,
@@ -8,12 +9,7 @@ import {
   IdempotencyUnavailableError,
 } from '../../idempotency.errors.js';
 import type { IdempotencyConfig } from '../../interfaces/index.js';
-import {
-  webhookKey,
-  type DeliveryKey,
-  type DeliveryTransport,
-  type SettledResult,
-} from '../delivery-transport.js';
+import type { DeliveryKey, DeliveryTransport, SettledResult } from '../delivery-transport.js';
 import type { IdempotentWebhookMetadata } from '../idempotent-webhook.decorator.js';
 import { clientKey, requestIdempotencyKey } from './request-mode.js';
 import { captureHttpResponse } from './stored-http-response.js';
@@ -54,11 +50,18 @@ export class HttpTransport implements DeliveryTransport {
    * header (with its owner), its answer stored for replays, or none without the header where the
    * route does not require one.
    */
-  claimKey(args: readonly unknown[], meta: IdempotentWebhookMetadata): DeliveryKey | undefined {
+  claimKey(context: ExecutionContext, meta: IdempotentWebhookMetadata): DeliveryKey | undefined {
+    const args = this.keyArguments(context);
     const { maxKeyLength } = this.config;
-    if (!meta.request) return webhookKey(args, meta, maxKeyLength);
+    if (!meta.request) {
+      return {
+        args,
+        key: extractIdempotencyKey(meta.scope, meta.key, args, maxKeyLength),
+        storesResponse: false,
+      };
+    }
     const key = requestIdempotencyKey(meta.scope, meta.request, args[1] as never, maxKeyLength);
-    return key === undefined ? undefined : { key, storesResponse: true };
+    return key === undefined ? undefined : { args, key, storesResponse: true };
   }
 
   answer(result: SettledResult, context: ExecutionContext, meta?: IdempotentWebhookMetadata): unknown {

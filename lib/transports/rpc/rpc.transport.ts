@@ -82,8 +82,8 @@ export class RpcTransport implements DeliveryTransport, OnModuleInit {
   }
 
   /** A message's key is its `key` extractor's: RPC has no request mode. */
-  claimKey(args: readonly unknown[], meta: IdempotentWebhookMetadata): DeliveryKey {
-    return webhookKey(args, meta, this.config.maxKeyLength);
+  claimKey(context: ExecutionContext, meta: IdempotentWebhookMetadata): DeliveryKey {
+    return webhookKey(this.keyArguments(context), meta, this.config.maxKeyLength);
   }
 
   /**
