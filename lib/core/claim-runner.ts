@@ -1,8 +1,7 @@
 import { Inject, Injectable, Logger, type OnModuleInit } from '@nestjs/common';
 import { DiscoveryService } from '@nestjs/core';
 import { IDEMPOTENCY_CONFIG } from '../idempotency.constants.js';
-import { EventInFlightError, PropagationError } from '../idempotency.errors.js';
-import { duplicateInFlight } from '../idempotency.messages.js';
+import { PropagationError } from '../idempotency.errors.js';
 import type { IdempotencyConfig, IdempotentRunResult } from '../interfaces/index.js';
 import {
   createClsTransactionBridge,
@@ -15,6 +14,7 @@ import { LeaseStrategy } from '../strategies/lease.strategy.js';
 import { TransactionStrategy } from '../strategies/transaction.strategy.js';
 import { ClaimDelivery, type IdempotentDelivery } from './claim-delivery.js';
 import type { ClaimCheck } from './claim-check.js';
+import { claimRefusal } from './claim-refusal.js';
 import type { ClaimResult } from './claim-result.js';
 import type { ClaimHandle, ClaimSpec, ClaimStrategy } from './claim-strategy.js';
 import type { EventOrder } from './event-order.js';
@@ -78,17 +78,10 @@ export class ClaimRunner implements OnModuleInit {
         return { status: 'processed', value: result.value };
       case 'replayed':
         return { status: 'replayed' };
-      case 'conflict':
-        // Only handlers with key checks (the decorators') meet one; run() and @Idempotent have none.
-        throw new Error(`${spec.scope}: a key conflict on a handler without key checks`);
       case 'in_flight':
-        throw new EventInFlightError(
-          duplicateInFlight(key),
-          spec.scope,
-          key,
-          result.retryAfterSeconds,
-          this.config.inFlightStatus,
-        );
+      case 'conflict':
+        // A conflict needs key checks, which run() and @Idempotent never have (the decorators do).
+        throw claimRefusal(result, spec.scope, key, this.config);
       case 'stale':
         // Only @IdempotentWebhook takes an ordering guard, and it claims through execute().
         throw new Error(`${spec.scope} has no ordering guard, yet its claim was answered stale`);

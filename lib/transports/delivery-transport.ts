@@ -1,6 +1,7 @@
 import type { ExecutionContext } from '@nestjs/common';
 import type { StoredResponse } from '../core/claim-check.js';
 import type { ClaimResult } from '../core/claim-result.js';
+import { extractIdempotencyKey } from '../core/idempotency-key.js';
 import type { IdempotentWebhookMetadata } from './idempotent-webhook.decorator.js';
 
 /**
@@ -16,14 +17,51 @@ export const ACKNOWLEDGE = Symbol('idempotency:acknowledge');
  */
 export type SettledResult = Exclude<ClaimResult<unknown>, { kind: 'in_flight' } | { kind: 'conflict' }>;
 
+/** A delivery's claim key, as its transport reads it (DeliveryTransport.claimKey). */
+export interface DeliveryKey {
+  /** The key extractor's arguments it was read from, which the ordering guard and fingerprint read too. */
+  readonly args: readonly unknown[];
+  /** The claim's key, checked (core/idempotency-key.ts). */
+  readonly key: string;
+  /**
+   * True when the key is the client's own and its claim stores the answer for replays (request
+   * mode): the key checks' `storesResponse`. A webhook's key (false) is the sender's event id, and
+   * one that changes between copies of an event is reported (KeyFindings).
+   */
+  readonly storesResponse: boolean;
+}
+
+/**
+ * A webhook's claim key: its decorator's `key` extractor's, from the delivery's key arguments
+ * (what claimKey() answers over RPC, and for a transport without that method).
+ */
+export function webhookKey(
+  args: readonly unknown[],
+  meta: IdempotentWebhookMetadata,
+  maxKeyLength: number,
+): DeliveryKey {
+  return {
+    args,
+    key: extractIdempotencyKey(meta.scope, meta.key, args, maxKeyLength),
+    storesResponse: false,
+  };
+}
+
 /**
  * What the interceptor needs to know about one kind of execution context (`http`, `rpc`): where
- * the key extractor's arguments are, and how each result and failure is answered there. The
- * claim itself is the same for every transport (IdempotencyService).
+ * the key extractor's arguments are, how the claim's key is read, and how each result and failure
+ * is answered there. The claim itself is the same for every transport (ClaimRunner).
  */
 export interface DeliveryTransport {
   /** The key extractor's arguments: `(body, request)` over HTTP, `(data, context)` over RPC. */
   keyArguments(context: ExecutionContext): readonly unknown[];
+  /**
+   * The claim's key of a delivery, read from its key arguments (keyArguments()), or undefined for a delivery that runs
+   * without a claim (a request-mode route without the header, which does not require it). Throws
+   * the key's error (InvalidIdempotencyKeyError, ...) for a bad one, before any claim. Without
+   * this method the key is a webhook's (webhookKey()).
+   */
+  claimKey?(context: ExecutionContext, meta: IdempotentWebhookMetadata): DeliveryKey | undefined;
   /** What the caller receives for a processed or replayed delivery. */
   answer(result: SettledResult, context: ExecutionContext, meta?: IdempotentWebhookMetadata): unknown;
   /**

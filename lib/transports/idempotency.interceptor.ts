@@ -9,16 +9,13 @@ import { Reflector } from '@nestjs/core';
 import { Observable } from 'rxjs';
 import { AnsweredFailure } from '../core/answered-failure.js';
 import type { ClaimCheck } from '../core/claim-check.js';
+import { claimRefusal, isRefused } from '../core/claim-refusal.js';
 import { extractEventOrder, type EventOrder } from '../core/event-order.js';
-import { extractIdempotencyKey } from '../core/idempotency-key.js';
 import { ClaimRunner } from '../core/claim-runner.js';
 import { IDEMPOTENCY_CONFIG, IDEMPOTENT_WEBHOOK_METADATA } from '../idempotency.constants.js';
-import { EventInFlightError, IdempotencyKeyReusedError } from '../idempotency.errors.js';
-import { duplicateInFlight } from '../idempotency.messages.js';
 import type { IdempotencyConfig } from '../interfaces/index.js';
-import { ACKNOWLEDGE, type DeliveryTransport } from './delivery-transport.js';
+import { ACKNOWLEDGE, webhookKey, type DeliveryTransport } from './delivery-transport.js';
 import { HttpTransport } from './http/http.transport.js';
-import { requestIdempotencyKey } from './http/request-mode.js';
 import type { IdempotentWebhookMetadata } from './idempotent-webhook.decorator.js';
 import { KeyFindings } from './key-findings.js';
 import { RpcTransport } from './rpc/rpc.transport.js';
@@ -41,10 +38,6 @@ function fingerprintOf(
     return null;
   }
 }
-
-/** Answered 422 when a key comes back with another fingerprint than its claim's. */
-export const keyReused = (key: string) =>
-  `This operation is idempotent and its Idempotency-Key ${key} was already used with another request (another method, URL or body): send a new request under a new key`;
 
 /**
  * Applied by `@IdempotentWebhook` and `@IdempotentRequest`: extracts and checks the key (and the
@@ -81,22 +74,20 @@ export class IdempotencyInterceptor implements NestInterceptor {
       // key is: a bad one is refused before the claim, writing nothing.
       let order: EventOrder | undefined;
       try {
-        const args = transport.keyArguments(context);
-        key = meta.request
-          ? requestIdempotencyKey(meta.scope, meta.request, args[1] as never, this.config.maxKeyLength)
-          : extractIdempotencyKey(meta.scope, meta.key, args, this.config.maxKeyLength);
-        if (key !== undefined && meta.order) {
-          order = extractEventOrder(meta.scope, key, meta.order, args, this.config.maxKeyLength);
+        const { maxKeyLength } = this.config;
+        const read = transport.claimKey
+          ? transport.claimKey(context, meta)
+          : webhookKey(transport.keyArguments(context), meta, maxKeyLength);
+        key = read?.key;
+        if (read !== undefined && meta.order) {
+          order = extractEventOrder(meta.scope, read.key, meta.order, read.args, maxKeyLength);
         }
-        if (key !== undefined && meta.checks) {
-          const fingerprint = meta.fingerprint ? fingerprintOf(meta.fingerprint, args) : null;
-          check = {
-            fingerprint,
-            refuse: meta.checks.conflicts === 'refuse',
-            storesResponse: meta.request !== undefined,
-          };
+        if (read !== undefined && meta.checks) {
+          const fingerprint = meta.fingerprint ? fingerprintOf(meta.fingerprint, read.args) : null;
+          const { storesResponse } = read;
+          check = { fingerprint, refuse: meta.checks.conflicts === 'refuse', storesResponse };
           // A webhook's key that changes between copies (request keys are the client's own).
-          if (!meta.request) this.findings.observe(meta.scope, key, fingerprint);
+          if (!storesResponse) this.findings.observe(meta.scope, read.key, fingerprint);
         }
       } catch (error) {
         const failure = transport.failure(error, context, meta);
@@ -146,27 +137,13 @@ export class IdempotencyInterceptor implements NestInterceptor {
         )
         .then(
           (result) => {
-            if (result.kind === 'conflict') {
-              this.findings.conflict(meta.scope, claimKey, result.state, true);
-              const reused = new IdempotencyKeyReusedError(
-                keyReused(claimKey),
-                meta.scope,
-                claimKey,
-                result.state,
-              );
-              subscriber.error(transport.failure(reused, context, meta));
-              return;
-            }
-            if (result.conflict) this.findings.conflict(meta.scope, claimKey, result.conflict, false);
-            if (result.kind === 'in_flight') {
-              const inFlight = new EventInFlightError(
-                duplicateInFlight(claimKey),
-                meta.scope,
-                claimKey,
-                result.retryAfterSeconds,
-                this.config.inFlightStatus,
-              );
-              subscriber.error(transport.failure(inFlight, context, meta));
+            // A conflict refused ('refuse') is reported as one; one let through ('warn') rides on
+            // the result of the claim that ran anyway.
+            if (result.kind === 'conflict') this.findings.conflict(meta.scope, claimKey, result.state, true);
+            else if (result.conflict) this.findings.conflict(meta.scope, claimKey, result.conflict, false);
+            if (isRefused(result)) {
+              const refusal = claimRefusal(result, meta.scope, claimKey, this.config);
+              subscriber.error(transport.failure(refusal, context, meta));
               return;
             }
             let value: unknown;

@@ -1,6 +1,7 @@
 import { Inject, Injectable, Logger, type ExecutionContext } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
 import { storedBody, type StoredResponse } from '../../core/claim-check.js';
+import { extractIdempotencyKey } from '../../core/idempotency-key.js';
 import { IDEMPOTENCY_CONFIG, REPLAYED_HEADER, STALE_HEADER } from '../../idempotency.constants.js';
 import {
   EventInFlightError,
@@ -8,9 +9,9 @@ import {
   IdempotencyUnavailableError,
 } from '../../idempotency.errors.js';
 import type { IdempotencyConfig } from '../../interfaces/index.js';
-import type { DeliveryTransport, SettledResult } from '../delivery-transport.js';
+import type { DeliveryKey, DeliveryTransport, SettledResult } from '../delivery-transport.js';
 import type { IdempotentWebhookMetadata } from '../idempotent-webhook.decorator.js';
-import { clientKey } from './request-mode.js';
+import { clientKey, requestIdempotencyKey } from './request-mode.js';
 import { captureHttpResponse } from './stored-http-response.js';
 
 /**
@@ -42,6 +43,25 @@ export class HttpTransport implements DeliveryTransport {
   keyArguments(context: ExecutionContext): readonly unknown[] {
     const request = context.getArgByIndex<{ body?: unknown }>(0);
     return [request.body, request];
+  }
+
+  /**
+   * A webhook's key is its `key` extractor's; a request-mode route's the client's Idempotency-Key
+   * header (with its owner), its answer stored for replays, or none without the header where the
+   * route does not require one.
+   */
+  claimKey(context: ExecutionContext, meta: IdempotentWebhookMetadata): DeliveryKey | undefined {
+    const args = this.keyArguments(context);
+    const { maxKeyLength } = this.config;
+    if (!meta.request) {
+      return {
+        args,
+        key: extractIdempotencyKey(meta.scope, meta.key, args, maxKeyLength),
+        storesResponse: false,
+      };
+    }
+    const key = requestIdempotencyKey(meta.scope, meta.request, args[1] as never, maxKeyLength);
+    return key === undefined ? undefined : { args, key, storesResponse: true };
   }
 
   answer(result: SettledResult, context: ExecutionContext, meta?: IdempotentWebhookMetadata): unknown {

@@ -10,7 +10,14 @@ import {
   InvalidIdempotencyKeyError,
 } from '../../idempotency.errors.js';
 import type { IdempotencyConfig } from '../../interfaces/index.js';
-import { ACKNOWLEDGE, type DeliveryTransport, type SettledResult } from '../delivery-transport.js';
+import {
+  ACKNOWLEDGE,
+  webhookKey,
+  type DeliveryKey,
+  type DeliveryTransport,
+  type SettledResult,
+} from '../delivery-transport.js';
+import type { IdempotentWebhookMetadata } from '../idempotent-webhook.decorator.js';
 
 const replyNotStored = (scope: string, reason: string) =>
   `${scope} replied ${reason}, so its reply is not stored: a replay of the message answers nothing`;
@@ -72,6 +79,11 @@ export class RpcTransport implements DeliveryTransport, OnModuleInit {
   /** `(data, context)`: the message's payload and its transport context (TcpContext, KafkaContext, ...). */
   keyArguments(context: ExecutionContext): readonly unknown[] {
     return [context.getArgByIndex(0), context.getArgByIndex(1)];
+  }
+
+  /** A message's key is its `key` extractor's: RPC has no request mode. */
+  claimKey(context: ExecutionContext, meta: IdempotentWebhookMetadata): DeliveryKey {
+    return webhookKey(this.keyArguments(context), meta, this.config.maxKeyLength);
   }
 
   /**
